@@ -1,0 +1,45 @@
+/* What each CPU instruction-set path provides. The loop driver (cpu_loop.c) splits a
+ * problem into chunks of contiguous-or-strided runs and, per block of at most
+ * ZG_CPU_BLOCK elements, widens the inputs to float, runs the float kernel and narrows the
+ * results into the outputs. One table per ISA, each built in its own translation unit with
+ * its own flags; dispatch (cpu_dispatch.c) picks one. */
+#ifndef ZGATE_CPU_KERNELS_H
+#define ZGATE_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "../zgate_internal.h"
+
+/* Elements per staging block: 5 float buffers of this size stay in L1. */
+#define ZG_CPU_BLOCK 512
+
+/* Widen n elements of one dtype, `stride` elements apart, into dst[0..n). */
+typedef void (*zg_load_fn)(float *dst, const void *src, int64_t n, int64_t stride);
+/* Round n floats to nearest even into the dtype, `stride` elements apart. `streaming`
+ * asks for non-temporal stores (only ever set when stride == 1 and the output is large). */
+typedef void (*zg_store_fn)(void *dst, const float *src, int64_t n, int64_t stride, int streaming);
+/* The math on float arrays of n elements. Outputs never alias inputs here. */
+typedef void (*zg_bwd_fn)(float *dz, float *dos, const float *dout, const float *z,
+                          const float *o, int64_t n);
+typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n);
+
+typedef struct zg_cpu_kernels {
+  const char *name;            /* "scalar", "avx2", "avx512", "neon" */
+  zg_load_fn load[3];          /* indexed by ZG_F32, ZG_F16, ZG_BF16 */
+  zg_store_fn store[3];
+  zg_bwd_fn bwd;
+  zg_fwd_fn fwd;
+} zg_cpu_kernels;
+
+/* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built
+ * from the ZGATE_HAVE_* macros. */
+const zg_cpu_kernels *zg_cpu_kernels_scalar(void);
+const zg_cpu_kernels *zg_cpu_kernels_avx2(void);
+const zg_cpu_kernels *zg_cpu_kernels_avx512(void);
+const zg_cpu_kernels *zg_cpu_kernels_neon(void);
+
+/* cpu_dispatch.c: the table for an ISA name (NULL name = process-wide choice, made once
+ * from CPUID/XGETBV or ZGATE_CPU_ISA). Returns NULL when unavailable. */
+const zg_cpu_kernels *zg_cpu_select(const char *isa);
+
+#endif /* ZGATE_CPU_KERNELS_H */

@@ -1,0 +1,69 @@
+/* Internal contract between validation, the API entry points and the backends.
+ * validate.c turns the caller's DLTensors into a zg_problem; backends only ever see that. */
+#ifndef ZGATE_INTERNAL_H
+#define ZGATE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "zgate.h"
+
+/* Storage types zgate knows. ZG_F64 is accepted by the *_reference entry points only. */
+typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3, ZG_NDTYPES = 4 } zg_dtype;
+
+/* Bytes per element of each zg_dtype. */
+static inline int64_t zg_dtype_size(zg_dtype t) { return t == ZG_F64 ? 8 : t == ZG_F32 ? 4 : 2; }
+
+/* One validated tensor: byte_offset already applied, strides in elements (never NULL). */
+typedef struct zg_operand {
+  char *data;         /* may be NULL only when the problem has no elements */
+  zg_dtype dtype;
+  int64_t strides[4];
+} zg_operand;
+
+/* Operand slots, in the order of the public signatures. */
+enum { ZG_BWD_DOUT = 0, ZG_BWD_Z = 1, ZG_BWD_O = 2, ZG_BWD_DZ = 3, ZG_BWD_DOS = 4 };
+enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
+
+typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
+
+/* A validated call: every tensor shares `shape`; t[0 .. n_in-1] are inputs and
+ * t[n_in .. n_in+n_out-1] outputs; for ZG_OP_BWD, `inplace` says dout_scaled is dout. */
+typedef struct zg_problem {
+  zg_op op;
+  int n_in, n_out;
+  int64_t shape[4];
+  int64_t numel;       /* product of shape; 0 means nothing to do */
+  zg_operand t[5];
+  int inplace;
+  DLDevice device;
+} zg_problem;
+
+/* Resolved per-call options (defaults filled in). */
+typedef struct zg_options {
+  int num_threads;     /* 0 = OpenMP default */
+  const char *cpu_isa; /* NULL = process-wide choice */
+  void *cuda_stream;
+} zg_options;
+
+/* Set the calling thread's last-error message (printf-style) and return `status`. */
+int zg_fail(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Clear the calling thread's message (on success). */
+void zg_clear_error(void);
+
+/* validate.c: check the caller's tensors and fill *p. allow_f64 admits float64 tensors
+ * (reference entry points). Returns ZGATE_OK or a status with the message already set. */
+int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_problem *p);
+int zg_resolve_options(const zgate_options *opts, zg_options *out);
+
+/* Backends. Each returns ZGATE_OK or a status with the message set; p->numel > 0. */
+int zg_cpu_run(const zg_problem *p, const zg_options *opts);
+int zg_reference_run(const zg_problem *p);
+#ifdef ZGATE_WITH_CUDA
+int zg_cuda_run(const zg_problem *p, const zg_options *opts);
+#endif
+
+#endif /* ZGATE_INTERNAL_H */
