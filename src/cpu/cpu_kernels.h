@@ -16,9 +16,16 @@
 /* Widen n elements of one dtype, `stride` elements apart, into dst[0..n). */
 typedef void (*zg_load_fn)(float *dst, const void *src, int64_t n, int64_t stride);
 /* Round n floats to nearest even into the dtype, `stride` elements apart. `streaming`
- * asks for non-temporal stores (only ever set when stride == 1 and the output is large). */
+ * asks for non-temporal stores (only ever set when stride == 1 and the output is large and
+ * dense). dst may have any alignment of the element size: the store handles a head with
+ * ordinary stores itself. It need not fence: the loop driver (cpu_loop.c) issues an sfence
+ * on every thread after that thread's last store of the call. */
 typedef void (*zg_store_fn)(void *dst, const float *src, int64_t n, int64_t stride, int streaming);
-/* The math on float arrays of n elements. Outputs never alias inputs here. */
+/* The math on float arrays of n elements (1 <= n <= ZG_CPU_BLOCK; no alignment promised:
+ * an input may point straight into the caller's float32 tensor). Outputs never alias inputs
+ * here. The loop driver splits the work the same way for any thread count, so results are
+ * bit-identical across thread counts even where a vector body and a tail round differently
+ * (both must meet the accuracy bounds of gate_math.h's formula). */
 typedef void (*zg_bwd_fn)(float *dz, float *dos, const float *dout, const float *z,
                           const float *o, int64_t n);
 typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n);
@@ -41,5 +48,12 @@ const zg_cpu_kernels *zg_cpu_kernels_neon(void);
 /* cpu_dispatch.c: the table for an ISA name (NULL name = process-wide choice, made once
  * from CPUID/XGETBV or ZGATE_CPU_ISA). Returns NULL when unavailable. */
 const zg_cpu_kernels *zg_cpu_select(const char *isa);
+/* Why zg_cpu_select(isa) would return NULL: ZGATE_OK when it would not, ZGATE_ERR_OPTIONS for
+ * an unknown name, ZGATE_ERR_ISA_UNAVAILABLE for a path not built or not supported here
+ * (message set). NULL isa = the process-wide choice (ZGATE_CPU_ISA may force one). */
+int zg_cpu_check(const char *isa);
+/* 1 when this CPU and OS support a feature, else 0. Names: "avx2", "fma", "f16c",
+ * "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512bf16", "avx512fp16", "neon". */
+int zg_cpu_has(const char *feature);
 
 #endif /* ZGATE_CPU_KERNELS_H */

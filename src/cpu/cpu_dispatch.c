@@ -1,0 +1,251 @@
+/* Which CPU path runs: detection (CPUID plus what the OS saves, via XGETBV), the
+ * process-wide choice made once, and per-call overrides.
+ *
+ * Policy for ZGATE_CPU_ISA (read once, at the first call that needs the choice):
+ *   unset, "" or "auto"      the best path built and supported here
+ *                            (avx512 > avx2 > neon > scalar);
+ *   a path built and usable  that path;
+ *   anything else            no default path: every CPU call without its own
+ *                            opts->cpu_isa fails with ZGATE_ERR_ISA_UNAVAILABLE (a known
+ *                            name this build or CPU cannot run) or ZGATE_ERR_OPTIONS (an
+ *                            unknown name), and the message says why. Silently running
+ *                            another path would make a forced test run prove nothing.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define ZG_X86 1
+#endif
+
+/* ---- feature detection ----------------------------------------------------------------- */
+
+typedef struct zg_features {
+  int avx2, fma, f16c, avx512f, avx512bw, avx512dq, avx512vl, avx512bf16, avx512fp16, neon;
+} zg_features;
+
+#ifdef ZG_X86
+/* XCR0 via the raw opcode, so this file needs no -mxsave. */
+static uint64_t zg_xgetbv0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static zg_features zg_detect(void) {
+  zg_features f;
+  memset(&f, 0, sizeof f);
+#ifdef ZG_X86
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return f;
+  uint64_t xcr0 = zg_xgetbv0();
+  int os_ymm = (xcr0 & 0x6) == 0x6;      /* SSE and AVX state saved */
+  int os_zmm = (xcr0 & 0xe6) == 0xe6;    /* plus opmask, ZMM0-15 high halves, ZMM16-31 */
+  if (!os_ymm) return f;
+  unsigned max_leaf = __get_cpuid_max(0, NULL);
+  unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, a, b7, c7, d7);
+    unsigned sub_max = a;
+    if (sub_max >= 1) {
+      unsigned bb, cc, dd;
+      __cpuid_count(7, 1, a71, bb, cc, dd);
+    }
+  }
+  f.fma = fma;
+  f.f16c = f16c;
+  f.avx2 = (b7 >> 5) & 1;
+  if (os_zmm) {
+    f.avx512f = (b7 >> 16) & 1;
+    f.avx512dq = (b7 >> 17) & 1;
+    f.avx512bw = (b7 >> 30) & 1;
+    f.avx512vl = (b7 >> 31) & 1;
+    f.avx512fp16 = (d7 >> 23) & 1;
+    f.avx512bf16 = (a71 >> 5) & 1;
+  }
+  (void)c7;
+#elif defined(__aarch64__)
+  f.neon = 1; /* Advanced SIMD is part of the AArch64 baseline */
+#endif
+  return f;
+}
+
+static pthread_once_t zg_features_once = PTHREAD_ONCE_INIT;
+static zg_features zg_features_value;
+static void zg_features_init(void) { zg_features_value = zg_detect(); }
+static const zg_features *zg_features_get(void) {
+  pthread_once(&zg_features_once, zg_features_init);
+  return &zg_features_value;
+}
+
+int zg_cpu_has(const char *feature) {
+  const zg_features *f = zg_features_get();
+  if (!feature) return 0;
+  static const struct { const char *name; size_t off; } names[] = {
+      {"avx2", offsetof(zg_features, avx2)},         {"fma", offsetof(zg_features, fma)},
+      {"f16c", offsetof(zg_features, f16c)},         {"avx512f", offsetof(zg_features, avx512f)},
+      {"avx512bw", offsetof(zg_features, avx512bw)}, {"avx512dq", offsetof(zg_features, avx512dq)},
+      {"avx512vl", offsetof(zg_features, avx512vl)}, {"avx512bf16", offsetof(zg_features, avx512bf16)},
+      {"avx512fp16", offsetof(zg_features, avx512fp16)}, {"neon", offsetof(zg_features, neon)},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(feature, names[i].name) == 0)
+      return *(const int *)((const char *)f + names[i].off);
+  return 0;
+}
+
+/* ---- the paths ------------------------------------------------------------------------- */
+
+typedef struct zg_isa {
+  const char *name;
+  const zg_cpu_kernels *(*table)(void); /* NULL when not built */
+} zg_isa;
+
+/* Best first. */
+static const zg_isa zg_isas[] = {
+#ifdef ZGATE_HAVE_AVX512
+    {"avx512", zg_cpu_kernels_avx512},
+#else
+    {"avx512", NULL},
+#endif
+#ifdef ZGATE_HAVE_AVX2
+    {"avx2", zg_cpu_kernels_avx2},
+#else
+    {"avx2", NULL},
+#endif
+#ifdef ZGATE_HAVE_NEON
+    {"neon", zg_cpu_kernels_neon},
+#else
+    {"neon", NULL},
+#endif
+    {"scalar", zg_cpu_kernels_scalar},
+};
+#define ZG_NISAS ((int)(sizeof zg_isas / sizeof zg_isas[0]))
+
+static int zg_isa_runs_here(const char *name) {
+  const zg_features *f = zg_features_get();
+  if (strcmp(name, "avx2") == 0) return f->avx2 && f->fma && f->f16c;
+  if (strcmp(name, "avx512") == 0)
+    return f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c;
+  if (strcmp(name, "neon") == 0) return f->neon;
+  return strcmp(name, "scalar") == 0;
+}
+
+static int zg_isa_built(const char *name) {
+  for (int i = 0; i < ZG_NISAS; i++)
+    if (strcmp(name, zg_isas[i].name) == 0) return zg_isas[i].table != NULL;
+  return 0;
+}
+
+static const char *zg_why_unavailable(const char *name) {
+  return zg_isa_built(name) ? "built, but this CPU (or its OS) cannot run it"
+                            : "not built into this zgate";
+}
+
+/* ZGATE_OK and the table, or the reason there is none (without setting a message). */
+static int zg_lookup(const char *name, const zg_cpu_kernels **out) {
+  *out = NULL;
+  for (int i = 0; i < ZG_NISAS; i++) {
+    if (strcmp(name, zg_isas[i].name) != 0) continue;
+    if (!zg_isas[i].table || !zg_isa_runs_here(name)) return ZGATE_ERR_ISA_UNAVAILABLE;
+    *out = zg_isas[i].table();
+    return ZGATE_OK;
+  }
+  return ZGATE_ERR_OPTIONS;
+}
+
+/* ---- the process-wide choice ----------------------------------------------------------- */
+
+static struct {
+  const zg_cpu_kernels *kernels; /* NULL when ZGATE_CPU_ISA forced something unusable */
+  int status;
+  char env[32];                  /* the (truncated) value of ZGATE_CPU_ISA, for messages */
+  char chosen[96];               /* what zgate_cpu_isa_chosen() reports */
+} zg_default;
+static pthread_once_t zg_default_once = PTHREAD_ONCE_INIT;
+
+static void zg_default_init(void) {
+  const char *env = getenv("ZGATE_CPU_ISA");
+  if (env && *env && strcmp(env, "auto") != 0) {
+    snprintf(zg_default.env, sizeof zg_default.env, "%s", env);
+    zg_default.status = zg_lookup(env, &zg_default.kernels);
+    if (zg_default.kernels)
+      snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
+    else
+      snprintf(zg_default.chosen, sizeof zg_default.chosen, "none (ZGATE_CPU_ISA=%s %s)",
+               zg_default.env,
+               zg_default.status == ZGATE_ERR_OPTIONS ? "unknown" : "unavailable");
+    return;
+  }
+  for (int i = 0; i < ZG_NISAS; i++)
+    if (zg_lookup(zg_isas[i].name, &zg_default.kernels) == ZGATE_OK) break;
+  zg_default.status = ZGATE_OK;
+  snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
+}
+
+static void zg_default_get(void) { pthread_once(&zg_default_once, zg_default_init); }
+
+const zg_cpu_kernels *zg_cpu_select(const char *isa) {
+  const zg_cpu_kernels *k;
+  if (isa) return zg_lookup(isa, &k) == ZGATE_OK ? k : NULL;
+  zg_default_get();
+  return zg_default.kernels;
+}
+
+int zg_cpu_check(const char *isa) {
+  const zg_cpu_kernels *k;
+  if (isa) {
+    int st = zg_lookup(isa, &k);
+    if (st == ZGATE_ERR_OPTIONS)
+      return zg_fail(st, "options: cpu_isa \"%.32s\" is unknown (scalar, avx2, avx512, neon)", isa);
+    if (st)
+      return zg_fail(st, "options: cpu_isa \"%s\" is %s (built: %s)", isa,
+                     zg_why_unavailable(isa), zgate_cpu_isas_built());
+    return ZGATE_OK;
+  }
+  zg_default_get();
+  if (zg_default.status == ZGATE_ERR_OPTIONS)
+    return zg_fail(ZGATE_ERR_OPTIONS,
+                   "environment: ZGATE_CPU_ISA=\"%s\" is unknown (scalar, avx2, avx512, neon, auto)",
+                   zg_default.env);
+  if (zg_default.status)
+    return zg_fail(zg_default.status,
+                   "environment: ZGATE_CPU_ISA=\"%s\" forces a path that is %s (built: %s)",
+                   zg_default.env, zg_why_unavailable(zg_default.env), zgate_cpu_isas_built());
+  return ZGATE_OK;
+}
+
+/* ---- public queries -------------------------------------------------------------------- */
+
+const char *zgate_cpu_isas_built(void) {
+  return "scalar"
+#ifdef ZGATE_HAVE_AVX2
+         " avx2"
+#endif
+#ifdef ZGATE_HAVE_AVX512
+         " avx512"
+#endif
+#ifdef ZGATE_HAVE_NEON
+         " neon"
+#endif
+      ;
+}
+
+const char *zgate_cpu_isa_chosen(void) {
+  zg_default_get();
+  return zg_default.chosen;
+}
+
+int zgate_cpu_isa_available(const char *isa) {
+  const zg_cpu_kernels *k;
+  return isa && zg_lookup(isa, &k) == ZGATE_OK;
+}

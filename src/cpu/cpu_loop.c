@@ -1,0 +1,238 @@
+/* The CPU loop driver: one stride-aware walk over the 4-D problem for every ISA.
+ *
+ * 1. Normalize: drop size-1 dims, order the rest by the first output's strides (outermost
+ *    first), merge neighbours that are contiguous in ALL tensors. Dense tensors become one
+ *    long run; Z as a view into the input projection, strides (L*8672, 8672, D, 1), becomes
+ *    rows of D contiguous elements.
+ * 2. Split the flat index space into work items of ZG_ITEM elements. The split depends on
+ *    the problem only, never on the thread count, and every element is computed by the
+ *    same code whichever thread runs its item: results are bit-identical for any
+ *    num_threads. Items go to OpenMP threads with a static schedule (contiguous ranges of
+ *    memory per thread, which streaming stores and prefetchers like).
+ * 3. Per item, blocks of up to ZG_CPU_BLOCK elements gathered from one or more row pieces:
+ *    widen each input into float staging (a float32 input contiguous over the whole block
+ *    is used in place, no copy), run the ISA's float kernel, narrow into each output.
+ *    In place (dout_scaled is dout) is safe: a block is read entirely before it is written.
+ */
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+/* Elements per work item: big enough to amortize the item setup, small enough to balance
+ * a few threads on modest problems. Fixed: see step 2 above. */
+#define ZG_ITEM ((int64_t)32768)
+/* Below this many elements one thread does it all (thread start-up costs more). */
+#define ZG_PARALLEL_MIN ((int64_t)65536)
+/* Non-temporal stores only for dense outputs bigger than a typical L2/L3 share. */
+#define ZG_STREAM_BYTES ((int64_t)4 << 20)
+
+typedef struct zg_plan {
+  int nt, n_in;            /* tensors, of which inputs */
+  int ndim;                /* normalized dims, >= 1; dim ndim-1 is the innermost */
+  int64_t size[4];
+  int64_t stride[5][4];    /* elements, per tensor and normalized dim */
+  char *base[5];
+  int64_t esize[5];
+  int dtype[5];
+  int streaming[5];
+  int64_t numel;
+} zg_plan;
+
+/* One row piece of a block: where it starts in each tensor, its length, and where it
+ * sits in the staging buffers. */
+typedef struct zg_seg {
+  int64_t off[5];
+  int32_t len, dst;
+} zg_seg;
+
+static int zg_mergeable(const zg_plan *pl, int outer, int inner) {
+  for (int t = 0; t < pl->nt; t++)
+    if (pl->stride[t][outer] != pl->stride[t][inner] * pl->size[inner]) return 0;
+  return 1;
+}
+
+static void zg_plan_build(const zg_problem *p, zg_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  pl->nt = p->n_in + p->n_out;
+  pl->n_in = p->n_in;
+  pl->numel = p->numel;
+  for (int t = 0; t < pl->nt; t++) {
+    pl->base[t] = p->t[t].data;
+    pl->dtype[t] = (int)p->t[t].dtype;
+    pl->esize[t] = zg_dtype_size(p->t[t].dtype);
+  }
+
+  /* dims of size > 1, outermost first by the first output's strides (stable) */
+  int dims[4], k = 0;
+  const int64_t *os = p->t[p->n_in].strides;
+  for (int d = 0; d < 4; d++)
+    if (p->shape[d] > 1) dims[k++] = d;
+  for (int i = 1; i < k; i++)
+    for (int j = i; j > 0 && os[dims[j - 1]] < os[dims[j]]; j--) {
+      int tmp = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = tmp;
+    }
+
+  /* merge from the outside in */
+  int n = 0;
+  for (int i = 0; i < k; i++) {
+    int d = dims[i];
+    pl->size[n] = p->shape[d];
+    for (int t = 0; t < pl->nt; t++) pl->stride[t][n] = p->t[t].strides[d];
+    if (n > 0 && zg_mergeable(pl, n - 1, n)) {
+      pl->size[n - 1] *= pl->size[n];
+      for (int t = 0; t < pl->nt; t++) pl->stride[t][n - 1] = pl->stride[t][n];
+    } else {
+      n++;
+    }
+  }
+  if (n == 0) { /* a single element */
+    pl->size[0] = 1;
+    for (int t = 0; t < pl->nt; t++) pl->stride[t][0] = 0;
+    n = 1;
+  }
+  pl->ndim = n;
+
+  /* streaming: the output covers exactly numel elements (dense in its own layout) with a
+   * unit inner stride, and is large enough that caching it would only evict the inputs */
+  for (int t = pl->n_in; t < pl->nt; t++) {
+    int64_t extent = 1;
+    for (int d = 0; d < n; d++) extent += (pl->size[d] - 1) * pl->stride[t][d];
+    pl->streaming[t] = extent == pl->numel && pl->stride[t][n - 1] == 1 &&
+                       pl->numel * pl->esize[t] >= ZG_STREAM_BYTES;
+  }
+}
+
+static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_seg *seg,
+                         int nseg, int bn, float (*stage)[ZG_CPU_BLOCK]) {
+  const int inner = pl->ndim - 1;
+  const float *in[3];
+  for (int t = 0; t < pl->n_in; t++) {
+    const int64_t st = pl->stride[t][inner];
+    int direct = pl->dtype[t] == ZG_F32 && st == 1;
+    for (int s = 1; s < nseg && direct; s++)
+      direct = seg[s].off[t] == seg[s - 1].off[t] + seg[s - 1].len;
+    if (direct) {
+      in[t] = (const float *)(pl->base[t] + seg[0].off[t] * 4);
+      continue;
+    }
+    for (int s = 0; s < nseg; s++)
+      k->load[pl->dtype[t]](stage[t] + seg[s].dst, pl->base[t] + seg[s].off[t] * pl->esize[t],
+                            seg[s].len, st);
+    in[t] = stage[t];
+  }
+  if (pl->n_in == 3)
+    k->bwd(stage[3], stage[4], in[ZG_BWD_DOUT], in[ZG_BWD_Z], in[ZG_BWD_O], bn);
+  else
+    k->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
+  for (int t = pl->n_in; t < pl->nt; t++) {
+    const int64_t st = pl->stride[t][inner];
+    for (int s = 0; s < nseg; s++)
+      k->store[pl->dtype[t]](pl->base[t] + seg[s].off[t] * pl->esize[t], stage[t] + seg[s].dst,
+                             seg[s].len, st, pl->streaming[t]);
+  }
+}
+
+/* Elements [start, end) of the flat index space, in blocks. */
+static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
+                        float (*stage)[ZG_CPU_BLOCK], zg_seg *seg) {
+  const int nd = pl->ndim, inner = nd - 1, nt = pl->nt;
+  const int64_t row_len = pl->size[inner];
+  int64_t c[4] = {0, 0, 0, 0};
+  int64_t off[5];
+  int64_t j = start % row_len, r = start / row_len;
+  for (int d = inner - 1; d >= 0; d--) {
+    c[d] = r % pl->size[d];
+    r /= pl->size[d];
+  }
+  for (int t = 0; t < nt; t++) {
+    off[t] = j * pl->stride[t][inner];
+    for (int d = 0; d < inner; d++) off[t] += c[d] * pl->stride[t][d];
+  }
+
+  int64_t idx = start;
+  while (idx < end) {
+    int nseg = 0, bn = 0;
+    while (bn < ZG_CPU_BLOCK && idx < end) {
+      int64_t len = row_len - j;
+      if (len > ZG_CPU_BLOCK - bn) len = ZG_CPU_BLOCK - bn;
+      if (len > end - idx) len = end - idx;
+      zg_seg *sg = &seg[nseg++];
+      memcpy(sg->off, off, sizeof off);
+      sg->len = (int32_t)len;
+      sg->dst = bn;
+      bn += (int)len;
+      idx += len;
+      j += len;
+      for (int t = 0; t < nt; t++) off[t] += len * pl->stride[t][inner];
+      if (j == row_len && idx < end) { /* next row: odometer over the outer dims */
+        j = 0;
+        for (int t = 0; t < nt; t++) off[t] -= row_len * pl->stride[t][inner];
+        for (int d = inner - 1; d >= 0; d--) {
+          c[d]++;
+          for (int t = 0; t < nt; t++) off[t] += pl->stride[t][d];
+          if (c[d] < pl->size[d]) break;
+          c[d] = 0;
+          for (int t = 0; t < nt; t++) off[t] -= pl->size[d] * pl->stride[t][d];
+        }
+      }
+    }
+    zg_run_block(pl, k, seg, nseg, bn, stage);
+  }
+}
+
+/* Order this thread's non-temporal stores before anything that follows the call. */
+static void zg_store_fence(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#elif defined(__aarch64__)
+  __asm__ volatile("dmb ishst" ::: "memory");
+#endif
+}
+
+int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
+  const zg_cpu_kernels *k = zg_cpu_select(opts->cpu_isa);
+  if (!k) {
+    int st = zg_cpu_check(opts->cpu_isa);
+    return st ? st : zg_fail(ZGATE_ERR_INTERNAL, "cpu: no kernel table");
+  }
+  for (int t = 0; t < p->n_in + p->n_out; t++)
+    if (p->t[t].dtype > ZG_BF16)
+      return zg_fail(ZGATE_ERR_INTERNAL, "cpu: dtype %d reached the CPU backend", (int)p->t[t].dtype);
+
+  zg_plan pl;
+  zg_plan_build(p, &pl);
+  const int64_t nitems = (pl.numel + ZG_ITEM - 1) / ZG_ITEM;
+  int any_streaming = 0;
+  for (int t = pl.n_in; t < pl.nt; t++) any_streaming |= pl.streaming[t];
+
+  int nthreads = 1;
+#ifdef _OPENMP
+  nthreads = opts->num_threads > 0 ? opts->num_threads : omp_get_max_threads();
+  if (pl.numel < ZG_PARALLEL_MIN) nthreads = 1;
+  if ((int64_t)nthreads > nitems) nthreads = (int)nitems;
+  if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#endif
+  {
+    _Alignas(64) float stage[5][ZG_CPU_BLOCK];
+    zg_seg seg[ZG_CPU_BLOCK];
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+    for (int64_t it = 0; it < nitems; it++) {
+      int64_t start = it * ZG_ITEM;
+      int64_t end = start + ZG_ITEM < pl.numel ? start + ZG_ITEM : pl.numel;
+      zg_run_item(&pl, k, start, end, stage, seg);
+    }
+    if (any_streaming) zg_store_fence();
+  }
+  (void)nthreads;
+  return ZGATE_OK;
+}

@@ -1,0 +1,52 @@
+/* The portable CPU path: plain C over gate_math.h, any stride, every dtype. It is the
+ * baseline every machine can run and the path the SIMD tables are checked against. */
+#include "../gate_math.h"
+#include "cpu_kernels.h"
+
+static void zg_load_f32_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
+  const float *s = (const float *)src;
+  for (int64_t i = 0; i < n; i++) dst[i] = s[i * stride];
+}
+static void zg_load_f16_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  for (int64_t i = 0; i < n; i++) dst[i] = zg_f16_to_f32(s[i * stride]);
+}
+static void zg_load_bf16_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  for (int64_t i = 0; i < n; i++) dst[i] = zg_bf16_to_f32(s[i * stride]);
+}
+
+/* Scalar stores ignore `streaming`: plain stores are always correct. */
+static void zg_store_f32_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  (void)streaming;
+  float *d = (float *)dst;
+  for (int64_t i = 0; i < n; i++) d[i * stride] = src[i];
+}
+static void zg_store_f16_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  (void)streaming;
+  uint16_t *d = (uint16_t *)dst;
+  for (int64_t i = 0; i < n; i++) d[i * stride] = zg_f32_to_f16(src[i]);
+}
+static void zg_store_bf16_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  (void)streaming;
+  uint16_t *d = (uint16_t *)dst;
+  for (int64_t i = 0; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
+}
+
+static void zg_bwd_scalar(float *dz, float *dos, const float *dout, const float *z,
+                          const float *o, int64_t n) {
+  for (int64_t i = 0; i < n; i++) zg_gate_bwd_f32(dout[i], z[i], o[i], &dz[i], &dos[i]);
+}
+static void zg_fwd_scalar(float *out, const float *o, const float *z, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = zg_gate_fwd_f32(o[i], z[i]);
+}
+
+static const zg_cpu_kernels zg_kernels_scalar_table = {
+    "scalar",
+    {zg_load_f32_scalar, zg_load_f16_scalar, zg_load_bf16_scalar},
+    {zg_store_f32_scalar, zg_store_f16_scalar, zg_store_bf16_scalar},
+    zg_bwd_scalar,
+    zg_fwd_scalar,
+};
+
+const zg_cpu_kernels *zg_cpu_kernels_scalar(void) { return &zg_kernels_scalar_table; }

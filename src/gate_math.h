@@ -1,0 +1,152 @@
+/* The gate's per-element math, written once: the scalar path, the SIMD tails and the
+ * float64 reference all use these functions, and this file is the documented formula.
+ *
+ *   e   = exp(-|z|)            in (0, 1], never overflows
+ *   r   = 1 / (1 + e)          in [1/2, 1]
+ *   z >= 0:  s = r,      1 - s = e * r      (no cancellation: 1 - s is never formed)
+ *   z <  0:  s = e * r,  1 - s = r
+ *   dz  = (dout * o) * (s * (1 + z * (1 - s)))
+ *   dos = (dout * z) * s
+ *   out = (o * z) * s
+ *
+ * The grouping is deliberate: for z below about -87 s is a float32 subnormal; multiplying
+ * it last by |dout*o| (or |dout*z|) keeps its absolute error within the allowance of the
+ * numerics policy (4 * 2^-149 * |dout*o| * (1 + |z|)). NaN in z gives NaN (z >= 0 is false
+ * and exp(NaN) is NaN). z = +-inf gives NaN in dz, as the float64 formula does (inf * 0).
+ *
+ * Conversions are exact bit manipulations with round-to-nearest-even; NaN stays a quiet
+ * NaN, values past the largest finite become inf, float16 subnormals are exact.
+ */
+#ifndef ZGATE_GATE_MATH_H
+#define ZGATE_GATE_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#error "zgate must not be built with -ffast-math / -ffinite-math-only: NaN, inf and exp accuracy matter"
+#endif
+
+static inline uint32_t zg_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float zg_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* ---- float32 formula ------------------------------------------------------------------ */
+
+/* s = sigmoid(z) and oms = 1 - s, both to a few ulp, for every float z. */
+static inline void zg_sigmoid_pair_f32(float z, float *s, float *oms) {
+  float e = expf(-fabsf(z));
+  float r = 1.0f / (1.0f + e);
+  float er = e * r;
+  int pos = z >= 0.0f;
+  *s = pos ? r : er;
+  *oms = pos ? er : r;
+}
+
+static inline void zg_gate_bwd_f32(float dout, float z, float o, float *dz, float *dos) {
+  float s, oms;
+  zg_sigmoid_pair_f32(z, &s, &oms);
+  *dz = (dout * o) * (s * (1.0f + z * oms));
+  *dos = (dout * z) * s;
+}
+
+static inline float zg_gate_fwd_f32(float o, float z) {
+  float s, oms;
+  zg_sigmoid_pair_f32(z, &s, &oms);
+  return (o * z) * s;
+}
+
+/* ---- float64 formula (the reference) -------------------------------------------------- */
+
+static inline void zg_sigmoid_pair_f64(double z, double *s, double *oms) {
+  double e = exp(-fabs(z));
+  double r = 1.0 / (1.0 + e);
+  double er = e * r;
+  int pos = z >= 0.0;
+  *s = pos ? r : er;
+  *oms = pos ? er : r;
+}
+
+static inline void zg_gate_bwd_f64(double dout, double z, double o, double *dz, double *dos) {
+  double s, oms;
+  zg_sigmoid_pair_f64(z, &s, &oms);
+  *dz = (dout * o) * (s * (1.0 + z * oms));
+  *dos = (dout * z) * s;
+}
+
+static inline double zg_gate_fwd_f64(double o, double z) {
+  double s, oms;
+  zg_sigmoid_pair_f64(z, &s, &oms);
+  return (o * z) * s;
+}
+
+/* ---- float16 <-> float32 -------------------------------------------------------------- */
+
+static inline uint16_t zg_f32_to_f16(float f) {
+  uint32_t x = zg_f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN: keep the top payload bits, force quiet */
+    return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x477ff000u) /* >= 65520 (tie above 65504 rounds to even = inf), or inf */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax >= 0x38800000u) { /* normal in float16: >= 2^-14 */
+    uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+  }
+  if (ax <= 0x33000000u) /* <= 2^-25: rounds to zero (2^-25 is a tie, even is 0) */
+    return (uint16_t)sign;
+  /* subnormal in float16: m * 2^-24, m = round(mant * 2^(exp - 126)) */
+  uint32_t exp = ax >> 23;                         /* 102 .. 112 */
+  uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - exp;                     /* 14 .. 24 */
+  uint32_t m = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (m & 1u))) m++;
+  return (uint16_t)(sign | m);                     /* m == 1024 is the smallest normal */
+}
+
+static inline float zg_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) /* inf or NaN (NaN made quiet) */
+    return zg_bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u));
+  if (exp == 0) { /* zero or subnormal: mant * 2^-24 is exact in float */
+    float v = (float)mant * 0x1p-24f;
+    return zg_bits_f32(sign | zg_f32_bits(v));
+  }
+  return zg_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* ---- bfloat16 <-> float32 ------------------------------------------------------------- */
+
+static inline uint16_t zg_f32_to_bf16(float f) {
+  uint32_t x = zg_f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate, force quiet */
+    return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u); /* overflow carries into inf, as it should */
+  return (uint16_t)(x >> 16);
+}
+
+static inline float zg_bf16_to_f32(uint16_t b) { return zg_bits_f32((uint32_t)b << 16); }
+
+/* ---- float64 -> narrow types, single rounding ------------------------------------------ */
+
+/* double -> float rounded to odd: a sticky intermediate, so that a second rounding to a
+ * type with at least 2 fewer significand bits (float16, bfloat16) equals one direct
+ * round-to-nearest-even from double. */
+static inline float zg_f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if (d != d || (double)f == d) return f;
+  uint32_t b = zg_f32_bits(f);
+  if (fabs((double)f) > fabs(d)) b -= 1u; /* rounded away from zero: step back toward it */
+  return zg_bits_f32(b | 1u);
+}
+
+static inline uint16_t zg_f64_to_f16(double d) { return zg_f32_to_f16(zg_f64_to_f32_odd(d)); }
+static inline uint16_t zg_f64_to_bf16(double d) { return zg_f32_to_bf16(zg_f64_to_f32_odd(d)); }
+
+#endif /* ZGATE_GATE_MATH_H */

@@ -1,0 +1,301 @@
+/* Turns the caller's DLTensors into a zg_problem, refusing anything a backend could not
+ * handle safely. Everything is checked before any output is touched; all size arithmetic
+ * is 64-bit with explicit overflow checks, because a hostile or buggy caller can put any
+ * value in any field. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+#include "zgate_internal.h"
+
+static const char *const zg_bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
+static const char *const zg_fwd_names[3] = {"o", "z", "out"};
+
+/* Byte range [lo, hi) a tensor can touch; empty when it has no elements. */
+typedef struct zg_range {
+  uintptr_t lo, hi;
+} zg_range;
+
+static int zg_parse_dtype(const char *name, DLDataType dt, int allow_f64, zg_dtype *out) {
+  if (dt.lanes != 1)
+    return zg_fail(ZGATE_ERR_LANES, "%s: dtype lanes is %u, only 1 is supported", name,
+                   (unsigned)dt.lanes);
+  if (dt.code == kDLFloat && dt.bits == 32) { *out = ZG_F32; return ZGATE_OK; }
+  if (dt.code == kDLFloat && dt.bits == 16) { *out = ZG_F16; return ZGATE_OK; }
+  if (dt.code == kDLBfloat && dt.bits == 16) { *out = ZG_BF16; return ZGATE_OK; }
+  if (allow_f64 && dt.code == kDLFloat && dt.bits == 64) { *out = ZG_F64; return ZGATE_OK; }
+  return zg_fail(ZGATE_ERR_DTYPE,
+                 "%s: dtype (code %u, bits %u) is not float32, float16 or bfloat16%s", name,
+                 (unsigned)dt.code, (unsigned)dt.bits, allow_f64 ? " or float64" : "");
+}
+
+/* Where a device type is served. kDLCUDAHost (pinned host memory) is ordinary host memory
+ * that the CPU reads and writes directly, so it runs on the CPU backend. kDLCUDAManaged
+ * memory is reachable from both, but belongs with the GPU that manages it. */
+typedef enum { ZG_ON_CPU, ZG_ON_CUDA, ZG_ON_NOTHING } zg_route;
+
+static zg_route zg_route_of(DLDeviceType t) {
+  switch (t) {
+    case kDLCPU:
+    case kDLCUDAHost: return ZG_ON_CPU;
+    case kDLCUDA:
+    case kDLCUDAManaged: return ZG_ON_CUDA;
+    default: return ZG_ON_NOTHING;
+  }
+}
+
+/* Compact row-major strides for a shape; on overflow only when there are elements. */
+static int zg_compact_strides(const char *name, const int64_t *shape, int64_t numel,
+                              int64_t strides[4]) {
+  int64_t acc = 1;
+  for (int d = 3; d >= 0; d--) {
+    strides[d] = acc;
+    if (__builtin_mul_overflow(acc, shape[d] > 0 ? shape[d] : 1, &acc)) {
+      if (numel > 0)
+        return zg_fail(ZGATE_ERR_OVERFLOW, "%s: compact strides overflow 64 bits at dim %d",
+                       name, d);
+      acc = 0; /* no elements: the strides are never used */
+    }
+  }
+  return ZGATE_OK;
+}
+
+/* The largest element offset (in elements) the tensor reaches, with overflow checks. */
+static int zg_max_offset(const char *name, const int64_t shape[4], const int64_t strides[4],
+                         int64_t *out) {
+  int64_t max = 0;
+  for (int d = 0; d < 4; d++) {
+    int64_t step;
+    if (shape[d] <= 1) continue;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &step) ||
+        __builtin_add_overflow(max, step, &max))
+      return zg_fail(ZGATE_ERR_OVERFLOW,
+                     "%s: the extent of dim %d (size %lld, stride %lld) overflows 64 bits", name,
+                     d, (long long)shape[d], (long long)strides[d]);
+  }
+  *out = max;
+  return ZGATE_OK;
+}
+
+/* Sufficient test that no two indices of an output share an element: with the dims of size
+ * > 1 sorted by stride, each stride must step over everything the inner dims span. This
+ * refuses zero strides and every overlap; it also refuses some exotic interleaved layouts
+ * that happen not to overlap, which no framework produces for a 4-D output. */
+static int zg_check_self_overlap(const char *name, const int64_t shape[4],
+                                 const int64_t strides[4]) {
+  int dims[4], n = 0;
+  for (int d = 0; d < 4; d++)
+    if (shape[d] > 1) dims[n++] = d;
+  for (int i = 1; i < n; i++) /* insertion sort by stride, ascending */
+    for (int j = i; j > 0 && strides[dims[j - 1]] > strides[dims[j]]; j--) {
+      int t = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = t;
+    }
+  int64_t span = 1; /* elements covered by the inner dims, as an exclusive bound */
+  for (int i = 0; i < n; i++) {
+    int d = dims[i];
+    if (strides[d] < span)
+      return zg_fail(ZGATE_ERR_OUTPUT_SELF_OVERLAP,
+                     "%s: dim %d (size %lld, stride %lld) overlaps the inner dims (span %lld "
+                     "elements): two elements would share memory",
+                     name, d, (long long)shape[d], (long long)strides[d], (long long)span);
+    /* fits: already checked by zg_max_offset */
+    span = strides[d] * (shape[d] - 1) + span;
+  }
+  return ZGATE_OK;
+}
+
+static int zg_same_layout(const zg_problem *p, int a, int b) {
+  if (p->t[a].dtype != p->t[b].dtype) return 0;
+  for (int d = 0; d < 4; d++)
+    if (p->shape[d] > 1 && p->t[a].strides[d] != p->t[b].strides[d]) return 0;
+  return 1;
+}
+
+int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_problem *p) {
+  const int bwd = op == ZG_OP_BWD;
+  const int n = bwd ? 5 : 3;
+  const char *const *names = bwd ? zg_bwd_names : zg_fwd_names;
+  zg_range range[5];
+
+  memset(p, 0, sizeof *p);
+  p->op = op;
+  p->n_in = bwd ? 3 : 2;
+  p->n_out = bwd ? 2 : 1;
+
+  /* 1. pointers, ndim, shapes, dtypes */
+  for (int i = 0; i < n; i++) {
+    const DLTensor *t = tensors[i];
+    if (!t) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: tensor pointer is NULL", names[i]);
+    if (t->ndim != 4)
+      return zg_fail(ZGATE_ERR_NDIM, "%s: ndim is %d, expected 4 (batch, seqlen, nheads, headdim)",
+                     names[i], (int)t->ndim);
+    if (!t->shape) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: shape is NULL", names[i]);
+    for (int d = 0; d < 4; d++)
+      if (t->shape[d] < 0)
+        return zg_fail(ZGATE_ERR_NEGATIVE_SIZE, "%s: dim %d has negative size %lld", names[i],
+                       d, (long long)t->shape[d]);
+    int st = zg_parse_dtype(names[i], t->dtype, allow_f64, &p->t[i].dtype);
+    if (st) return st;
+  }
+  for (int i = 1; i < n; i++)
+    for (int d = 0; d < 4; d++)
+      if (tensors[i]->shape[d] != tensors[0]->shape[d])
+        return zg_fail(ZGATE_ERR_SHAPE_MISMATCH,
+                       "%s: dim %d has size %lld but %s has %lld (shapes must be equal)",
+                       names[i], d, (long long)tensors[i]->shape[d], names[0],
+                       (long long)tensors[0]->shape[d]);
+  memcpy(p->shape, tensors[0]->shape, sizeof p->shape);
+  int64_t numel = 1;
+  for (int d = 0; d < 4; d++)
+    if (p->shape[d] == 0) numel = 0;
+  for (int d = 0; d < 4 && numel != 0; d++)
+    if (__builtin_mul_overflow(numel, p->shape[d], &numel))
+      return zg_fail(ZGATE_ERR_OVERFLOW, "%s: the element count overflows 64 bits at dim %d",
+                     names[0], d);
+  p->numel = numel;
+
+  /* 2. devices: one device for all, and one this build can serve */
+  p->device = tensors[0]->device;
+  for (int i = 1; i < n; i++) {
+    DLDevice dv = tensors[i]->device;
+    if (dv.device_type != p->device.device_type || dv.device_id != p->device.device_id)
+      return zg_fail(ZGATE_ERR_DEVICE_MISMATCH,
+                     "%s: device (type %d, id %d) differs from %s's (type %d, id %d)", names[i],
+                     (int)dv.device_type, (int)dv.device_id, names[0],
+                     (int)p->device.device_type, (int)p->device.device_id);
+  }
+  switch (zg_route_of(p->device.device_type)) {
+    case ZG_ON_CPU: break;
+    case ZG_ON_CUDA:
+#ifndef ZGATE_WITH_CUDA
+      return zg_fail(ZGATE_ERR_NO_CUDA,
+                     "%s: CUDA tensor (device type %d), but this zgate was built without CUDA",
+                     names[0], (int)p->device.device_type);
+#else
+      break;
+#endif
+    default:
+      return zg_fail(ZGATE_ERR_DEVICE_UNSUPPORTED,
+                     "%s: device type %d is not supported (kDLCPU, kDLCUDAHost, kDLCUDA, "
+                     "kDLCUDAManaged are)",
+                     names[0], (int)p->device.device_type);
+  }
+
+  /* 3. strides: given ones must be non-negative; NULL means compact row-major. Strides of
+   * size-1 dims are set to 0 so backends may compare and merge strides freely. */
+  for (int i = 0; i < n; i++) {
+    const DLTensor *t = tensors[i];
+    int64_t *s = p->t[i].strides;
+    if (t->strides) {
+      for (int d = 0; d < 4; d++) {
+        if (t->strides[d] < 0)
+          return zg_fail(ZGATE_ERR_NEGATIVE_STRIDE, "%s: dim %d has negative stride %lld",
+                         names[i], d, (long long)t->strides[d]);
+        s[d] = t->strides[d];
+      }
+    } else {
+      int st = zg_compact_strides(names[i], p->shape, numel, s);
+      if (st) return st;
+    }
+    for (int d = 0; d < 4; d++)
+      if (p->shape[d] <= 1) s[d] = 0;
+  }
+
+  /* Nothing to read or write: data may be NULL, and there is no memory to check. */
+  if (numel == 0) {
+    for (int i = 0; i < n; i++) p->t[i].data = NULL;
+    return ZGATE_OK;
+  }
+
+  /* 4. data pointers, byte_offset, alignment, byte extents */
+  for (int i = 0; i < n; i++) {
+    const DLTensor *t = tensors[i];
+    int64_t esize = zg_dtype_size(p->t[i].dtype);
+    if (!t->data)
+      return zg_fail(ZGATE_ERR_NULL_DATA, "%s: data is NULL but the tensor has %lld elements",
+                     names[i], (long long)numel);
+    uintptr_t base;
+    if (t->byte_offset > (uint64_t)INTPTR_MAX ||
+        __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &base))
+      return zg_fail(ZGATE_ERR_OVERFLOW, "%s: data + byte_offset (%llu) overflows the address space",
+                     names[i], (unsigned long long)t->byte_offset);
+    if (base % (uintptr_t)esize != 0)
+      return zg_fail(ZGATE_ERR_MISALIGNED,
+                     "%s: data + byte_offset (%p + %llu) is not aligned to the %lld-byte element",
+                     names[i], t->data, (unsigned long long)t->byte_offset, (long long)esize);
+    int64_t maxoff = 0, bytes = 0;
+    int st = zg_max_offset(names[i], p->shape, p->t[i].strides, &maxoff);
+    if (st) return st;
+    uintptr_t hi;
+    if (__builtin_add_overflow(maxoff, 1, &bytes) ||
+        __builtin_mul_overflow(bytes, esize, &bytes) ||
+        __builtin_add_overflow(base, (uintptr_t)bytes, &hi))
+      return zg_fail(ZGATE_ERR_OVERFLOW,
+                     "%s: the byte extent (%lld elements of %lld bytes from %p) overflows",
+                     names[i], (long long)maxoff, (long long)esize, (void *)base);
+    range[i].lo = base;
+    range[i].hi = hi;
+    p->t[i].data = (char *)base;
+  }
+
+  /* 5. outputs: no element written twice, no overlap with anything else except the one
+   * allowed in-place case (dout_scaled is exactly dout). */
+  for (int i = p->n_in; i < n; i++) {
+    int st = zg_check_self_overlap(names[i], p->shape, p->t[i].strides);
+    if (st) return st;
+  }
+  for (int i = p->n_in; i < n; i++) {
+    for (int j = 0; j < n; j++) {
+      if (j == i || range[i].hi <= range[j].lo || range[j].hi <= range[i].lo) continue;
+      if (bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT && range[i].lo == range[j].lo) {
+        if (!zg_same_layout(p, i, j))
+          return zg_fail(ZGATE_ERR_INPLACE_MISMATCH,
+                         "dout_scaled: shares dout's memory but not its dtype and strides "
+                         "(in place needs the very same tensor)");
+        p->inplace = 1;
+        continue;
+      }
+      return zg_fail(ZGATE_ERR_ALIAS,
+                     "%s: its memory [%p, %p) overlaps %s's [%p, %p)%s", names[i],
+                     (void *)range[i].lo, (void *)range[i].hi, names[j], (void *)range[j].lo,
+                     (void *)range[j].hi,
+                     bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT
+                         ? " (in place needs the same data + byte_offset)"
+                         : "");
+    }
+  }
+  return ZGATE_OK;
+}
+
+/* Upper bound for struct_size: a caller from the far future is fine, garbage is not. */
+#define ZG_OPTIONS_MAX_SIZE 4096
+/* More threads than this is a corrupted field, not a request. */
+#define ZG_MAX_THREADS 65536
+
+#define ZG_HAS_FIELD(opts, field) \
+  ((opts)->struct_size >= offsetof(zgate_options, field) + sizeof((opts)->field))
+
+int zg_resolve_options(const zgate_options *opts, zg_options *out) {
+  out->num_threads = 0;
+  out->cpu_isa = NULL;
+  out->cuda_stream = NULL;
+  if (!opts) return ZGATE_OK;
+  if (opts->struct_size < sizeof(size_t) || opts->struct_size > ZG_OPTIONS_MAX_SIZE)
+    return zg_fail(ZGATE_ERR_OPTIONS,
+                   "options: struct_size is %zu (initialise with zgate_options_init)",
+                   opts->struct_size);
+  if (ZG_HAS_FIELD(opts, num_threads)) {
+    if (opts->num_threads < 0 || opts->num_threads > ZG_MAX_THREADS)
+      return zg_fail(ZGATE_ERR_OPTIONS, "options: num_threads is %d (0 = default, or 1..%d)",
+                     opts->num_threads, ZG_MAX_THREADS);
+    out->num_threads = opts->num_threads;
+  }
+  if (ZG_HAS_FIELD(opts, cpu_isa) && opts->cpu_isa) {
+    int st = zg_cpu_check(opts->cpu_isa);
+    if (st) return st;
+    out->cpu_isa = opts->cpu_isa;
+  }
+  if (ZG_HAS_FIELD(opts, cuda_stream)) out->cuda_stream = opts->cuda_stream;
+  return ZGATE_OK;
+}
