@@ -1,0 +1,397 @@
+/* The accuracy oracle: the numerics policy of zgate_check.h, element by element. */
+#include "zgate_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zgate.h"
+
+/* ---- storage types ------------------------------------------------------------------- */
+
+typedef enum { T_F32, T_F16, T_BF16, T_F64, T_BAD } ztype;
+
+static ztype type_of(DLDataType t) {
+  if (t.lanes != 1) return T_BAD;
+  if (t.code == kDLFloat && t.bits == 32) return T_F32;
+  if (t.code == kDLFloat && t.bits == 16) return T_F16;
+  if (t.code == kDLFloat && t.bits == 64) return T_F64;
+  if (t.code == kDLBfloat && t.bits == 16) return T_BF16;
+  return T_BAD;
+}
+
+/* Precision p (significand bits with the implicit one), smallest normal exponent, largest
+ * exponent. float64 outputs are judged as float32 (the math is float32 anyway). */
+typedef struct { int p, emin, emax; } fmt;
+
+static fmt fmt_of(ztype t) {
+  switch (t) {
+  case T_F16: return (fmt){11, -14, 15};
+  case T_BF16: return (fmt){8, -126, 127};
+  case T_F64: return (fmt){53, -1022, 1023};
+  default: return (fmt){24, -126, 127};
+  }
+}
+
+/* Round to nearest even into a format, from double, in one rounding: scale the value so its
+ * last kept bit is the units place (exact: powers of two), round to integer, scale back. */
+static double round_fmt(double v, fmt f) {
+  if (v == 0 || !isfinite(v)) return v;
+  int e;
+  frexp(v, &e);
+  int ex = e - 1; /* floor(log2|v|) */
+  if (ex < f.emin) ex = f.emin;
+  double q = nearbyint(ldexp(v, f.p - 1 - ex));
+  double r = ldexp(q, ex - (f.p - 1));
+  if (fabs(r) >= ldexp(1.0, f.emax + 1)) return copysign(INFINITY, v);
+  return r;
+}
+
+static double ulp_fmt(double x, fmt f) {
+  x = fabs(x);
+  if (isnan(x)) return NAN;
+  if (isinf(x)) return INFINITY;
+  int ex = f.emin;
+  if (x >= ldexp(1.0, f.emin)) {
+    int e;
+    frexp(x, &e);
+    ex = e - 1;
+  }
+  return ldexp(1.0, ex - (f.p - 1));
+}
+
+static double f16_to_double(uint16_t h) {
+  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v;
+  if (e == 31) v = m ? NAN : INFINITY;
+  else if (e == 0) v = ldexp((double)m, -24);
+  else v = ldexp((double)(m | 1024), e - 25);
+  return sign ? -v : v;
+}
+
+/* v is already representable in float16 (or +-inf / NaN). */
+static uint16_t f16_bits(double v) {
+  uint16_t sign = signbit(v) ? 0x8000 : 0;
+  double a = fabs(v);
+  if (isnan(v)) return 0x7E00;
+  if (isinf(a)) return sign | 0x7C00;
+  if (a < ldexp(1.0, -14)) return sign | (uint16_t)ldexp(a, 24);
+  int e;
+  frexp(a, &e);
+  int ex = e - 1;
+  uint16_t m = (uint16_t)(ldexp(a, 10 - ex) - 1024.0);
+  return sign | (uint16_t)((ex + 15) << 10) | m;
+}
+
+static float bits_to_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint32_t float_to_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }
+
+const char *zgate_check_dtype_name(DLDataType t) {
+  static const char *names[] = {"f32", "f16", "bf16", "f64", "?"};
+  return names[type_of(t)];
+}
+
+int zgate_check_dtype_size(DLDataType t) {
+  switch (type_of(t)) {
+  case T_F32: return 4;
+  case T_F16: case T_BF16: return 2;
+  case T_F64: return 8;
+  default: return -1;
+  }
+}
+
+double zgate_check_load(DLDataType t, const void *p) {
+  switch (type_of(t)) {
+  case T_F32: { float f; memcpy(&f, p, 4); return f; }
+  case T_F64: { double d; memcpy(&d, p, 8); return d; }
+  case T_F16: { uint16_t h; memcpy(&h, p, 2); return f16_to_double(h); }
+  case T_BF16: { uint16_t h; memcpy(&h, p, 2); return bits_to_float((uint32_t)h << 16); }
+  default: return NAN;
+  }
+}
+
+double zgate_check_round(DLDataType t, double v) {
+  ztype k = type_of(t);
+  if (k == T_BAD) return NAN;
+  if (k == T_F64) return v;
+  return round_fmt(v, fmt_of(k));
+}
+
+void zgate_check_store(DLDataType t, void *p, double v) {
+  ztype k = type_of(t);
+  double r = zgate_check_round(t, v);
+  switch (k) {
+  case T_F32: { float f = (float)r; memcpy(p, &f, 4); break; } /* exact: r is a float */
+  case T_F64: memcpy(p, &v, 8); break;
+  case T_F16: { uint16_t h = f16_bits(r); memcpy(p, &h, 2); break; }
+  case T_BF16: {
+    /* A bfloat16 value is a float whose low 16 bits are zero. */
+    uint16_t h = isnan(r) ? (uint16_t)(signbit(r) ? 0xFFC0 : 0x7FC0)
+                          : (uint16_t)(float_to_bits((float)r) >> 16);
+    memcpy(p, &h, 2);
+    break;
+  }
+  default: break;
+  }
+}
+
+double zgate_check_ulp(DLDataType t, double x) {
+  ztype k = type_of(t);
+  if (k == T_BAD) return NAN;
+  return ulp_fmt(x, fmt_of(k));
+}
+
+/* ---- the policy ---------------------------------------------------------------------- */
+
+double zgate_check_formula(zgate_check_quantity q, double dout, double z, double o) {
+  double s = 1.0 / (1.0 + exp(-z));
+  switch (q) {
+  case ZGATE_CHECK_DZ: return dout * o * s * (1.0 + z * (1.0 - s));
+  case ZGATE_CHECK_DOS: return dout * s * z;
+  default: return o * z * s;
+  }
+}
+
+/* The float32 bound of the policy. 1 - s is taken as sigmoid(-z): no cancellation, and it
+ * stays 1 (not NaN) at z = -inf. */
+static double f32_bound(zgate_check_quantity q, double dout, double z, double o, double *unit) {
+  const double tiny = ldexp(1.0, -149);
+  double s = 1.0 / (1.0 + exp(-z));
+  double one_minus_s = 1.0 / (1.0 + exp(z));
+  double az = fabs(z), scale, a;
+  switch (q) {
+  case ZGATE_CHECK_DZ:
+    scale = fabs(dout * o) * s * (1.0 + az * one_minus_s);
+    a = 4.0 * tiny * fabs(dout * o) * (1.0 + az);
+    break;
+  case ZGATE_CHECK_DOS:
+    scale = fabs(dout * z) * s;
+    a = 4.0 * tiny * fabs(dout * z);
+    break;
+  default:
+    scale = fabs(o * z) * s;
+    a = 4.0 * tiny * fabs(o * z);
+    break;
+  }
+  *unit = ulp_fmt(scale, fmt_of(T_F32));
+  return 4.0 * *unit + a;
+}
+
+zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_dtype, double got,
+                                        double ref, double dout, double z, double o,
+                                        double *err_units, double *bound_ratio) {
+  ztype k = type_of(out_dtype);
+  fmt f = fmt_of(k == T_BAD ? T_F32 : k);
+  double overflow = ldexp(1.0, f.emax + 1);
+  if (err_units) *err_units = 0;
+  if (bound_ratio) *bound_ratio = 0;
+
+  if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got) ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_NAN;
+  if (isinf(ref) || fabs(ref) >= overflow) {
+    int ok = isinf(got) && signbit(got) == signbit(ref);
+    return ok ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_INF;
+  }
+  int got_inf = isinf(got) != 0;
+  if (got_inf) got = copysign(overflow, got); /* where IEEE rounding puts overflow */
+
+  double err = fabs(got - ref), unit, allowed;
+  double bound32 = f32_bound(q, dout, z, o, &unit);
+  if (k == T_F16 || k == T_BF16) {
+    double ut = ulp_fmt(ref, f);
+    double alt = bound32 + 0.5 * ut;
+    allowed = alt > ut ? alt : ut;
+    unit = ut;
+  } else {
+    allowed = bound32;
+  }
+  if (err_units) *err_units = err / unit;
+  if (bound_ratio) *bound_ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
+  if (err <= allowed) return ZGATE_CHECK_PASS;
+  return got_inf ? ZGATE_CHECK_FAIL_INF : ZGATE_CHECK_FAIL_VALUE;
+}
+
+/* ---- tensors ------------------------------------------------------------------------- */
+
+void zgate_check_stats_init(zgate_check_stats *st) {
+  memset(st, 0, sizeof *st);
+  st->first_fail = -1;
+  st->worst_index = -1;
+}
+
+void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *from) {
+  if (into->first_fail < 0 && from->first_fail >= 0) {
+    into->first_fail = from->first_fail;
+    into->first_got = from->first_got;
+    into->first_ref = from->first_ref;
+  }
+  if (from->max_bound_ratio > into->max_bound_ratio || into->worst_index < 0) {
+    if (from->worst_index >= 0) {
+      into->max_bound_ratio = from->max_bound_ratio;
+      into->worst_index = from->worst_index;
+    }
+  }
+  into->count += from->count;
+  into->failures += from->failures;
+  into->nan_mismatches += from->nan_mismatches;
+  into->inf_mismatches += from->inf_mismatches;
+  if (from->max_err_units > into->max_err_units) into->max_err_units = from->max_err_units;
+  if (from->max_rel_err > into->max_rel_err) into->max_rel_err = from->max_rel_err;
+}
+
+/* A readable view of one tensor: element (b,l,h,d) is at base + sum(idx*stride)*size. */
+typedef struct {
+  const char *base;
+  DLDataType dtype;
+  int64_t size;
+  int64_t strides[4];
+} view;
+
+static int make_view(const DLTensor *t, const int64_t *shape, view *v) {
+  if (!t || t->ndim != 4 || !t->shape) return -1;
+  if (t->device.device_type != kDLCPU) return -1;
+  if (type_of(t->dtype) == T_BAD) return -1;
+  int64_t numel = 1;
+  for (int i = 0; i < 4; i++) {
+    if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
+    numel *= shape[i];
+  }
+  if (numel > 0 && !t->data) return -1;
+  v->base = (const char *)t->data + t->byte_offset;
+  v->dtype = t->dtype;
+  v->size = zgate_check_dtype_size(t->dtype);
+  int64_t run = 1;
+  for (int i = 3; i >= 0; i--) {
+    v->strides[i] = t->strides ? t->strides[i] : run;
+    if (v->strides[i] < 0) return -1;
+    run *= shape[i];
+  }
+  return 0;
+}
+
+static double view_load(const view *v, const int64_t *idx) {
+  int64_t off = 0;
+  for (int i = 0; i < 4; i++) off += idx[i] * v->strides[i];
+  return zgate_check_load(v->dtype, v->base + off * v->size);
+}
+
+int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTensor *ref,
+                       const DLTensor *dout, const DLTensor *z, const DLTensor *o,
+                       zgate_check_stats *st) {
+  if (!got || !got->shape || got->ndim != 4 || !st) return -1;
+  const int64_t *shape = got->shape;
+  view vg, vr, vd = {0}, vz, vo;
+  if (make_view(got, shape, &vg) || make_view(ref, shape, &vr) || make_view(z, shape, &vz) ||
+      make_view(o, shape, &vo))
+    return -1;
+  if (q != ZGATE_CHECK_OUT && make_view(dout, shape, &vd)) return -1;
+
+  zgate_check_stats s;
+  zgate_check_stats_init(&s);
+  int64_t idx[4], linear = 0;
+  for (idx[0] = 0; idx[0] < shape[0]; idx[0]++)
+    for (idx[1] = 0; idx[1] < shape[1]; idx[1]++)
+      for (idx[2] = 0; idx[2] < shape[2]; idx[2]++)
+        for (idx[3] = 0; idx[3] < shape[3]; idx[3]++, linear++) {
+          double g = view_load(&vg, idx), r = view_load(&vr, idx);
+          double dv = q == ZGATE_CHECK_OUT ? 1.0 : view_load(&vd, idx);
+          double eu, ratio;
+          zgate_check_verdict verdict =
+              zgate_check_element(q, got->dtype, g, r, dv, view_load(&vz, idx), view_load(&vo, idx), &eu, &ratio);
+          s.count++;
+          if (isfinite(g) && isfinite(r)) {
+            if (eu > s.max_err_units) s.max_err_units = eu;
+            if (ratio > s.max_bound_ratio || s.worst_index < 0) {
+              s.max_bound_ratio = ratio;
+              s.worst_index = linear;
+            }
+            if (r != 0) {
+              double rel = fabs(g - r) / fabs(r);
+              if (rel > s.max_rel_err) s.max_rel_err = rel;
+            }
+          }
+          if (verdict == ZGATE_CHECK_PASS) continue;
+          s.failures++;
+          if (verdict == ZGATE_CHECK_FAIL_NAN) s.nan_mismatches++;
+          if (verdict == ZGATE_CHECK_FAIL_INF) s.inf_mismatches++;
+          if (s.first_fail < 0) {
+            s.first_fail = linear;
+            s.first_got = g;
+            s.first_ref = r;
+          }
+        }
+  zgate_check_stats_merge(st, &s);
+  return 0;
+}
+
+/* A compact float64 tensor of `shape` over fresh memory (NULL data when empty). */
+static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
+  if (!like || like->ndim != 4 || !like->shape) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < 4; i++) {
+    if (like->shape[i] < 0) return -1;
+    if (like->shape[i] && n > INT64_MAX / 8 / like->shape[i]) return -1;
+    n *= like->shape[i];
+  }
+  *mem = NULL;
+  if (n > 0 && !(*mem = malloc((size_t)n * sizeof(double)))) return -1;
+  memset(t, 0, sizeof *t);
+  t->data = *mem;
+  t->device.device_type = kDLCPU;
+  t->ndim = 4;
+  t->dtype.code = kDLFloat;
+  t->dtype.bits = 64;
+  t->dtype.lanes = 1;
+  t->shape = like->shape;
+  return 0;
+}
+
+int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, const DLTensor *dz,
+                    const DLTensor *dout_scaled, zgate_check_stats *st_dz, zgate_check_stats *st_dos) {
+  DLTensor rdz, rdos;
+  double *mdz = NULL, *mdos = NULL;
+  int rc = -1;
+  if (make_f64(dz, &rdz, &mdz) == 0 && make_f64(dz, &rdos, &mdos) == 0) {
+    rc = zgate_bwd_reference(dout, z, o, &rdz, &rdos);
+    if (rc == ZGATE_OK &&
+        (zgate_check_tensor(ZGATE_CHECK_DZ, dz, &rdz, dout, z, o, st_dz) ||
+         zgate_check_tensor(ZGATE_CHECK_DOS, dout_scaled, &rdos, dout, z, o, st_dos)))
+      rc = -1;
+  }
+  free(mdz);
+  free(mdos);
+  return rc;
+}
+
+int zgate_check_fwd(const DLTensor *o, const DLTensor *z, const DLTensor *out, zgate_check_stats *st) {
+  DLTensor rout;
+  double *mout = NULL;
+  int rc = -1;
+  if (make_f64(out, &rout, &mout) == 0) {
+    rc = zgate_fwd_reference(o, z, &rout);
+    if (rc == ZGATE_OK && zgate_check_tensor(ZGATE_CHECK_OUT, out, &rout, NULL, z, o, st)) rc = -1;
+  }
+  free(mout);
+  return rc;
+}
+
+void zgate_check_stats_format(const zgate_check_stats *st, char *buf, int bufsize) {
+  if (!buf || bufsize <= 0) return;
+  int n = snprintf(buf, (size_t)bufsize, "n=%lld fail=%lld (nan %lld, inf %lld) max=%.3g ulp ratio=%.3g rel=%.3g",
+                   (long long)st->count, (long long)st->failures, (long long)st->nan_mismatches,
+                   (long long)st->inf_mismatches, st->max_err_units, st->max_bound_ratio, st->max_rel_err);
+  if (st->first_fail >= 0 && n > 0 && n < bufsize)
+    snprintf(buf + n, (size_t)(bufsize - n), " first fail at %lld: got %.9g ref %.17g",
+             (long long)st->first_fail, st->first_got, st->first_ref);
+}
