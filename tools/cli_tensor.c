@@ -1,0 +1,155 @@
+/* Test and benchmark tensors: one host allocation per tensor with guard regions on both
+ * sides of the view, the strides of each layout, element access through the view, a
+ * snapshot to find writes outside the view, and the device copy for CUDA runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <zgate_check.h>
+
+#include "cli.h"
+
+/* Guard elements before and after every view: a write there is a bug the check reports. */
+enum { GUARD_FRONT = 16, GUARD_BACK = 64 };
+
+int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2] * shape[3]; }
+
+static void compact(const int64_t sh[4], int64_t st[4]) {
+  st[3] = 1;
+  st[2] = sh[3];
+  st[1] = sh[2] * sh[3];
+  st[0] = sh[1] * sh[2] * sh[3];
+}
+
+/* The strides of tensor `which` in `layout`, and the elements skipped before its first one. */
+static void layout_strides(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *skip) {
+  const int64_t B = sh[0], L = sh[1], H = sh[2], D = sh[3];
+  *skip = 0;
+  compact(sh, st);
+  if (layout == CLI_ZVIEW && which == CLI_Z) {
+    /* z is the second of two H*D-wide streams in a projection row, padded by 32 elements,
+     * like Mamba-3's input projection (d_in_proj ~ 2.1 x nheads*headdim). */
+    const int64_t P = 2 * H * D + 32;
+    st[0] = L * P, st[1] = P, st[2] = D, st[3] = 1;
+    *skip = H * D;
+  } else if (layout == CLI_PERMUTED) {
+    switch (which) {
+    case CLI_DOUT: /* memory order (B, H, L, D+3): padded rows */
+      st[3] = 1, st[1] = D + 3, st[2] = L * (D + 3), st[0] = H * L * (D + 3);
+      break;
+    case CLI_Z: /* memory order (B, L, D, H): headdim strided */
+      st[2] = 1, st[3] = H, st[1] = D * H, st[0] = L * D * H;
+      break;
+    case CLI_O: /* memory order (L, B, H, D) */
+      st[3] = 1, st[2] = D, st[0] = H * D, st[1] = B * H * D;
+      break;
+    case CLI_DZ: /* memory order (H, D, B, L): every dimension strided */
+      st[1] = 1, st[0] = L, st[3] = B * L, st[2] = D * B * L;
+      break;
+    default: /* dos: memory order (B, H, L, D+1) */
+      st[3] = 1, st[1] = D + 1, st[2] = L * (D + 1), st[0] = H * L * (D + 1);
+      break;
+    }
+  }
+}
+
+static int64_t span(const int64_t sh[4], const int64_t st[4]) {
+  if (cli_numel(sh) == 0) return 0;
+  int64_t s = 1;
+  for (int i = 0; i < 4; i++) s += (sh[i] - 1) * st[i];
+  return s;
+}
+
+int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
+  memset(b, 0, sizeof *b);
+  b->dtype = dtype;
+  b->esize = cli_dtype_size(dtype);
+  memcpy(b->shape, shape, sizeof b->shape);
+  int64_t skip;
+  layout_strides(which, layout, shape, b->strides, &skip);
+  b->offset = GUARD_FRONT + skip;
+  b->nslots = b->offset + span(shape, b->strides) + GUARD_BACK;
+  double bytes = (double)b->nslots * (double)b->esize;
+  if (bytes > 1.0e15) return -1;
+  b->host = malloc((size_t)b->nslots * (size_t)b->esize);
+  if (!b->host) return -1;
+  cli_buf_poison(b);
+  return 0;
+}
+
+void cli_buf_free(cli_buf *b) {
+  if (b->dev) cli_cuda_free(b->device, b->dev);
+  free(b->host);
+  free(b->snapshot);
+  memset(b, 0, sizeof *b);
+}
+
+DLTensor cli_buf_tensor(const cli_buf *b) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = b->on_device ? b->dev : (void *)b->host;
+  t.device.device_type = b->on_device ? kDLCUDA : kDLCPU;
+  t.device.device_id = b->on_device ? b->device : 0;
+  t.ndim = 4;
+  t.dtype = b->dtype;
+  t.shape = (int64_t *)b->shape;
+  t.strides = (int64_t *)b->strides;
+  t.byte_offset = (uint64_t)b->offset * (uint64_t)b->esize;
+  return t;
+}
+
+static unsigned char *elem(const cli_buf *b, const int64_t idx[4]) {
+  int64_t off = b->offset;
+  for (int i = 0; i < 4; i++) off += idx[i] * b->strides[i];
+  return b->host + off * b->esize;
+}
+
+double cli_buf_get(const cli_buf *b, const int64_t idx[4]) { return zgate_check_load(b->dtype, elem(b, idx)); }
+
+void cli_buf_set(cli_buf *b, const int64_t idx[4], double v) { zgate_check_store(b->dtype, elem(b, idx), v); }
+
+/* All bits set: a NaN in float32, float16 and bfloat16, so an element the kernel forgot to
+ * write fails the check, and an input element read by mistake turns results into NaN. */
+void cli_buf_poison(cli_buf *b) { memset(b->host, 0xff, (size_t)b->nslots * (size_t)b->esize); }
+
+int cli_buf_take_snapshot(cli_buf *b) {
+  size_t bytes = (size_t)b->nslots * (size_t)b->esize;
+  if (!b->snapshot) b->snapshot = malloc(bytes ? bytes : 1);
+  if (!b->snapshot) return -1;
+  memcpy(b->snapshot, b->host, bytes);
+  return 0;
+}
+
+int64_t cli_buf_outside_writes(const cli_buf *b) {
+  if (!b->snapshot) return 0;
+  unsigned char *inside = calloc((size_t)b->nslots, 1);
+  if (!inside) return 0;
+  int64_t idx[4];
+  for (idx[0] = 0; idx[0] < b->shape[0]; idx[0]++)
+    for (idx[1] = 0; idx[1] < b->shape[1]; idx[1]++)
+      for (idx[2] = 0; idx[2] < b->shape[2]; idx[2]++)
+        for (idx[3] = 0; idx[3] < b->shape[3]; idx[3]++)
+          inside[(elem(b, idx) - b->host) / b->esize] = 1;
+  int64_t changed = 0;
+  for (int64_t i = 0; i < b->nslots; i++)
+    if (!inside[i] && memcmp(b->host + i * b->esize, b->snapshot + i * b->esize, (size_t)b->esize))
+      changed++;
+  free(inside);
+  return changed;
+}
+
+int cli_buf_to_device(cli_buf *b, int device) {
+  size_t bytes = (size_t)b->nslots * (size_t)b->esize;
+  if (!b->dev) {
+    b->dev = cli_cuda_malloc(device, bytes);
+    if (!b->dev) return -1;
+    b->device = device;
+  }
+  if (cli_cuda_upload(device, b->dev, b->host, bytes)) return -1;
+  b->on_device = 1;
+  return 0;
+}
+
+int cli_buf_from_device(cli_buf *b) {
+  if (!b->on_device) return 0;
+  return cli_cuda_download(b->device, b->host, b->dev, (size_t)b->nslots * (size_t)b->esize);
+}

@@ -1,0 +1,449 @@
+/* `zgate bench`: the bandwidth suite. For each backend, shape, dtype combination and layout:
+ * the median time of the operator, the GB/s it moves (bytes read plus written), and the
+ * percentage of a ceiling measured in the same run on the same number of bytes (CPU: a
+ * streaming 3-read-2-write kernel with non-temporal stores on the same threads; CUDA: a
+ * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+#define MAX_SHAPES 32
+#define MAX_DTYPES 16
+
+typedef struct bench_cfg {
+  int64_t shapes[MAX_SHAPES][4];
+  int nshapes;
+  cli_dtypes dtypes[MAX_DTYPES];
+  int ndtypes;
+  unsigned layouts;
+  const char *backend_spec;
+  int threads;
+  int repeats, warmup;
+  int ops;
+  const char *json, *png;
+  int plot;
+} bench_cfg;
+
+/* Small enough that the whole default suite runs in well under a minute on two cores. */
+static const int64_t default_shapes[][4] = {{2, 2048, 24, 64}, {2, 2048, 40, 80}, {4, 4096, 32, 64}};
+static const char *const default_dtypes[] = {"bf16", "f32"};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zgate bench [options]\n"
+          "\n"
+          "Times the operator on each backend and reports GB/s (bytes read plus written, once\n"
+          "each) and the percentage of a ceiling measured in the same run over the same bytes:\n"
+          "on the CPU a streaming kernel with 3 reads and 2 non-temporal writes on the same\n"
+          "threads, on CUDA a device-to-device copy (L2 flushed before every timed call).\n"
+          "Prints a table, writes JSON and a PNG chart (the chart needs gnuplot).\n"
+          "\n"
+          "options:\n"
+          "  --shape B,L,H,D    a shape; repeat for several (default: (2,2048,24,64),\n"
+          "                     (2,2048,40,80), (4,4096,32,64))\n"
+          "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,... (repeat for\n"
+          "                     several; default: bf16 and f32)\n"
+          "  --layout LIST      dense,zview,permuted,inplace or all (default dense,zview)\n"
+          "  --backend LIST     best (default: the chosen CPU path) and every CUDA device; or all,\n"
+          "                     cpu, scalar, avx2, avx512, neon, cuda, cuda:N\n"
+          "  --op bwd|fwd|both  which direction to time (default bwd)\n"
+          "  --threads N        CPU threads (default 0 = OpenMP default), for zgate and the ceiling\n"
+          "  --repeats N        timed calls per configuration, the median is reported (default 10\n"
+          "                     on the CPU, 50 on CUDA)\n"
+          "  --warmup N         untimed calls first (default 2)\n"
+          "  --json PATH        results as JSON (default zgate-bench.json)\n"
+          "  --png PATH         chart (default zgate-bench.png; PATH.gp and PATH.dat beside it)\n"
+          "  --no-plot          do not write the chart\n"
+          "  --help             this text\n");
+}
+
+static const cli_opt bench_opts[] = {{"shape", 1},   {"dtype", 1},   {"layout", 1}, {"backend", 1},
+                                     {"op", 1},      {"threads", 1}, {"repeats", 1}, {"warmup", 1},
+                                     {"json", 1},    {"png", 1},     {"no-plot", 0}};
+
+static int on_opt(void *ctx, int which, const char *v) {
+  bench_cfg *c = ctx;
+  long long n;
+  switch (which) {
+  case 0:
+    if (c->nshapes >= MAX_SHAPES) return cli_error("bench", "at most %d --shape options", MAX_SHAPES), -1;
+    return cli_parse_shape("bench", v, c->shapes[c->nshapes++]);
+  case 1:
+    if (c->ndtypes >= MAX_DTYPES) return cli_error("bench", "at most %d --dtype options", MAX_DTYPES), -1;
+    return cli_parse_dtypes("bench", v, &c->dtypes[c->ndtypes++]);
+  case 2: return cli_parse_layouts("bench", v, &c->layouts);
+  case 3: c->backend_spec = v; return 0;
+  case 4:
+    if (!strcmp(v, "bwd")) c->ops = 1;
+    else if (!strcmp(v, "fwd")) c->ops = 2;
+    else if (!strcmp(v, "both")) c->ops = 3;
+    else return cli_error("bench", "--op wants bwd, fwd or both; got '%s'", v), -1;
+    return 0;
+  case 5:
+    if (cli_parse_int("bench", "--threads", v, 0, 4096, &n)) return -1;
+    c->threads = (int)n;
+    return 0;
+  case 6:
+    if (cli_parse_int("bench", "--repeats", v, 1, 100000, &n)) return -1;
+    c->repeats = (int)n;
+    return 0;
+  case 7:
+    if (cli_parse_int("bench", "--warmup", v, 0, 100000, &n)) return -1;
+    c->warmup = (int)n;
+    return 0;
+  case 8: c->json = v; return 0;
+  case 9: c->png = v; return 0;
+  case 10: c->plot = 0; return 0;
+  }
+  return -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Inputs for timing: a repeating table of ordinary values, written row by row (fast even for
+ * hundreds of millions of elements; the values do not change the speed). */
+static void fill_fast(cli_buf *b, uint64_t seed) {
+  enum { TABLE = 4093 }; /* prime, so rows do not repeat in step */
+  unsigned char table[TABLE * 4];
+  cli_rng rng = {seed};
+  for (int i = 0; i < TABLE; i++) {
+    double v = 3.0 * cli_rng_normal(&rng);
+    int64_t one[4] = {0, 0, 0, 0};
+    cli_buf tmp = *b; /* reuse the element store of this dtype on the table */
+    tmp.host = table + i * b->esize;
+    tmp.offset = 0;
+    cli_buf_set(&tmp, one, v);
+  }
+  int64_t idx[4] = {0, 0, 0, 0}, k = 0;
+  const int64_t *sh = b->shape, *st = b->strides;
+  for (idx[0] = 0; idx[0] < sh[0]; idx[0]++)
+    for (idx[1] = 0; idx[1] < sh[1]; idx[1]++)
+      for (idx[2] = 0; idx[2] < sh[2]; idx[2]++) {
+        unsigned char *row = b->host + (b->offset + idx[0] * st[0] + idx[1] * st[1] + idx[2] * st[2]) * b->esize;
+        for (int64_t d = 0; d < sh[3]; d++, k++)
+          memcpy(row + d * st[3] * b->esize, table + (k % TABLE) * b->esize, (size_t)b->esize);
+      }
+}
+
+typedef struct bench_ctx {
+  const bench_cfg *cfg;
+  int index, total;
+  int tty;
+} bench_ctx;
+
+static void progress(const bench_ctx *ctx, const bench_result *r, const char *what) {
+  char shape[64], dts[64];
+  cli_shape_str(r->shape, shape, sizeof shape);
+  cli_dtypes_str(&r->dt, dts, sizeof dts);
+  fprintf(stderr, "%szgate bench [%d/%d] %s %s %s %s %s: %-18s%s", ctx->tty ? "\r" : "", ctx->index, ctx->total,
+          r->backend, r->op, shape, dts, cli_layout_names[r->layout], what, ctx->tty ? "" : "\n");
+  fflush(stderr);
+}
+
+/* Runs the operator once; returns the zgate status. */
+static int call_op(const bench_result *r, cli_buf *b, cli_buf *dos, const zgate_options *opts) {
+  DLTensor t0 = cli_buf_tensor(&b[CLI_DOUT]), t1 = cli_buf_tensor(&b[CLI_Z]), t2 = cli_buf_tensor(&b[CLI_O]);
+  DLTensor t3 = cli_buf_tensor(&b[CLI_DZ]), t4 = cli_buf_tensor(dos);
+  if (r->op[0] == 'b') return zgate_bwd(&t0, &t1, &t2, &t3, &t4, opts);
+  return zgate_fwd(&t2, &t1, &t3, opts);
+}
+
+static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_buf *dos, const char *isa) {
+  const bench_cfg *cfg = ctx->cfg;
+  zgate_options opts;
+  zgate_options_init(&opts);
+  opts.num_threads = cfg->threads;
+  opts.cpu_isa = isa;
+  int reps = cfg->repeats > 0 ? cfg->repeats : 10;
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  if (!t) {
+    snprintf(r->error, sizeof r->error, "out of memory");
+    return;
+  }
+  progress(ctx, r, "warming up");
+  for (int i = 0; i < cfg->warmup || i == 0; i++) {
+    double t0 = cli_now();
+    int st = call_op(r, b, dos, &opts);
+    if (i == 0) r->first_s = cli_now() - t0;
+    if (st != ZGATE_OK) {
+      snprintf(r->error, sizeof r->error, "zgate returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
+      free(t);
+      return;
+    }
+  }
+  for (int i = 0; i < reps; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "call %d/%d", i + 1, reps);
+    progress(ctx, r, what);
+    double t0 = cli_now();
+    call_op(r, b, dos, &opts);
+    t[i] = cli_now() - t0;
+  }
+  r->repeats = reps;
+  r->median_s = median(t, reps);
+  r->min_s = t[0];
+
+  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written. */
+  size_t each = ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63;
+  void *a[5] = {0};
+  int ok = 1;
+  for (int i = 0; i < 5; i++) {
+    a[i] = aligned_alloc(64, each ? each : 64);
+    if (!a[i]) ok = 0;
+    else memset(a[i], i * 17 + 1, each); /* first touch outside the timing */
+  }
+  if (ok) {
+    progress(ctx, r, "ceiling");
+    cli_stream_ceiling(a[0], a[1], a[2], a[3], a[4], each, cfg->threads);
+    for (int i = 0; i < reps; i++) {
+      double t0 = cli_now();
+      cli_stream_ceiling(a[0], a[1], a[2], a[3], a[4], each, cfg->threads);
+      t[i] = cli_now() - t0;
+    }
+    r->ceiling_median_s = median(t, reps);
+    r->ceiling_gbps = 5.0 * (double)each / r->ceiling_median_s / 1e9;
+  } else {
+    snprintf(r->error, sizeof r->error, "out of memory for the ceiling buffers");
+  }
+  for (int i = 0; i < 5; i++) free(a[i]);
+  free(t);
+}
+
+static void measure_cuda(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_buf *dos, int device) {
+  const bench_cfg *cfg = ctx->cfg;
+  zgate_options opts;
+  zgate_options_init(&opts);
+  int reps = cfg->repeats > 0 ? cfg->repeats : 50;
+  const size_t flush_bytes = (size_t)256 << 20; /* several times any L2 */
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  void *flush = cli_cuda_malloc(device, flush_bytes);
+  cli_cuda_timer *tm = cli_cuda_timer_new(device);
+  size_t half = ((size_t)(r->bytes / 2.0) + 255) & ~(size_t)255;
+  void *src = NULL, *dst = NULL;
+  if (!t || !flush || !tm) {
+    snprintf(r->error, sizeof r->error, "CUDA setup failed: %s", cli_cuda_last_error());
+    goto done;
+  }
+  progress(ctx, r, "upload");
+  for (int i = 0; i < CLI_NT; i++)
+    if (b[i].host && cli_buf_to_device(&b[i], device)) {
+      snprintf(r->error, sizeof r->error, "CUDA memory: %s", cli_cuda_last_error());
+      goto done;
+    }
+  progress(ctx, r, "warming up");
+  for (int i = 0; i < cfg->warmup || i == 0; i++) {
+    double t0 = cli_now();
+    int st = call_op(r, b, dos, &opts);
+    if (st == ZGATE_OK && cli_cuda_sync(device)) st = ZGATE_ERR_CUDA;
+    if (i == 0) r->first_s = cli_now() - t0;
+    if (st != ZGATE_OK) {
+      snprintf(r->error, sizeof r->error, "zgate returned %d (%s): %s", st, zgate_status_str(st),
+               zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
+      goto done;
+    }
+  }
+  for (int i = 0; i < reps; i++) {
+    double ms = 0;
+    if (i % 8 == 0) {
+      char what[32];
+      snprintf(what, sizeof what, "call %d/%d", i + 1, reps);
+      progress(ctx, r, what);
+    }
+    if (cli_cuda_flush(device, flush, flush_bytes) || cli_cuda_timer_start(tm)) goto cuda_fail;
+    call_op(r, b, dos, &opts);
+    if (cli_cuda_timer_stop(tm, &ms)) goto cuda_fail;
+    t[i] = ms * 1e-3;
+  }
+  r->repeats = reps;
+  r->median_s = median(t, reps);
+  r->min_s = t[0];
+  /* The ceiling: a device-to-device copy moving the same bytes (half read, half written). */
+  src = cli_cuda_malloc(device, half);
+  dst = cli_cuda_malloc(device, half);
+  if (!src || !dst) {
+    snprintf(r->error, sizeof r->error, "CUDA memory for the copy ceiling: %s", cli_cuda_last_error());
+    goto done;
+  }
+  progress(ctx, r, "ceiling");
+  cli_cuda_copy(device, dst, src, half);
+  for (int i = 0; i < reps; i++) {
+    double ms = 0;
+    if (cli_cuda_flush(device, flush, flush_bytes) || cli_cuda_timer_start(tm) || cli_cuda_copy(device, dst, src, half) ||
+        cli_cuda_timer_stop(tm, &ms))
+      goto cuda_fail;
+    t[i] = ms * 1e-3;
+  }
+  r->ceiling_median_s = median(t, reps);
+  r->ceiling_gbps = 2.0 * (double)half / r->ceiling_median_s / 1e9;
+  goto done;
+cuda_fail:
+  snprintf(r->error, sizeof r->error, "CUDA: %s", cli_cuda_last_error());
+done:
+  cli_cuda_free(device, src);
+  cli_cuda_free(device, dst);
+  cli_cuda_free(device, flush);
+  cli_cuda_timer_free(tm);
+  free(t);
+}
+
+static void run_config(const bench_ctx *ctx, bench_result *r, const cli_backend *be) {
+  cli_buf b[CLI_NT];
+  memset(b, 0, sizeof b);
+  const int inplace = r->layout == CLI_INPLACE, fwd = r->op[0] == 'f';
+  int ok = 1;
+  progress(ctx, r, "allocating");
+  for (int i = 0; i < CLI_NT && ok; i++) {
+    if ((inplace && i == CLI_DOS) || (fwd && (i == CLI_DOUT || i == CLI_DOS))) continue;
+    if (cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i])) ok = 0;
+  }
+  if (!ok) {
+    snprintf(r->error, sizeof r->error, "not enough host memory for this shape");
+  } else {
+    progress(ctx, r, "filling inputs");
+    for (int i = 0; i < 3; i++)
+      if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
+    cli_buf *dos = inplace ? &b[CLI_DOUT] : &b[CLI_DOS];
+    if (be->is_cuda) measure_cuda(ctx, r, b, dos, be->device);
+    else measure_cpu(ctx, r, b, dos, be->isa);
+  }
+  for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
+  if (!r->error[0]) {
+    r->gbps = r->bytes / r->median_s / 1e9;
+    r->pct = r->ceiling_gbps > 0 ? 100.0 * r->gbps / r->ceiling_gbps : 0.0;
+  }
+}
+
+int cli_cmd_bench(int argc, char **argv) {
+  bench_cfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.layouts = (1u << CLI_DENSE) | (1u << CLI_ZVIEW);
+  cfg.warmup = 2;
+  cfg.ops = 1;
+  cfg.json = "zgate-bench.json";
+  cfg.png = "zgate-bench.png";
+  cfg.plot = 1;
+  int pr = cli_parse("bench", argc, argv, bench_opts, (int)(sizeof bench_opts / sizeof bench_opts[0]), on_opt, &cfg);
+  if (pr < 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (pr) return pr;
+  if (cfg.nshapes == 0) {
+    cfg.nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
+    memcpy(cfg.shapes, default_shapes, sizeof default_shapes);
+  }
+  if (cfg.ndtypes == 0) {
+    cfg.ndtypes = (int)(sizeof default_dtypes / sizeof default_dtypes[0]);
+    for (int i = 0; i < cfg.ndtypes; i++) cli_parse_dtypes("bench", default_dtypes[i], &cfg.dtypes[i]);
+  }
+  cli_backend be[CLI_MAX_BACKENDS];
+  int nbe;
+  if (cfg.backend_spec) {
+    nbe = cli_backends("bench", cfg.backend_spec, be, NULL, 0);
+  } else { /* the default path of the CPU, and every GPU */
+    nbe = cli_backends("bench", "best", be, NULL, 0);
+    if (nbe >= 0 && zgate_cuda_built() && cli_cuda_device_count() > 0) {
+      cli_backend more[CLI_MAX_BACKENDS];
+      int nm = cli_backends("bench", "cuda", more, NULL, 0);
+      for (int i = 0; i < nm && nbe < CLI_MAX_BACKENDS; i++) be[nbe++] = more[i];
+    }
+  }
+  if (nbe <= 0) return CLI_EXIT_USAGE;
+
+  int nres = 0, cap = nbe * cfg.nshapes * cfg.ndtypes * CLI_NLAYOUTS * 2;
+  bench_result *res = calloc((size_t)cap, sizeof *res);
+  if (!res) {
+    cli_error("bench", "out of memory");
+    return CLI_EXIT_FAIL;
+  }
+  for (int ib = 0; ib < nbe; ib++)
+    for (int op = 0; op < 2; op++) {
+      if (!(cfg.ops & (1 << op))) continue;
+      for (int is = 0; is < cfg.nshapes; is++)
+        for (int id = 0; id < cfg.ndtypes; id++)
+          for (int il = 0; il < CLI_NLAYOUTS; il++) {
+            if (!(cfg.layouts & (1u << il)) || (op == 1 && il == CLI_INPLACE)) continue;
+            bench_result *r = &res[nres++];
+            snprintf(r->backend, sizeof r->backend, "%s", be[ib].label);
+            r->is_cuda = be[ib].is_cuda;
+            snprintf(r->op, sizeof r->op, "%s", op ? "fwd" : "bwd");
+            memcpy(r->shape, cfg.shapes[is], sizeof r->shape);
+            r->dt = cfg.dtypes[id];
+            if (il == CLI_INPLACE) r->dt.t[CLI_DOS] = r->dt.t[CLI_DOUT];
+            r->layout = il;
+            r->elements = cli_numel(r->shape);
+            int per = op ? cli_dtype_size(r->dt.t[CLI_O]) + cli_dtype_size(r->dt.t[CLI_Z]) + cli_dtype_size(r->dt.t[CLI_DZ])
+                         : 0;
+            if (!op)
+              for (int t = 0; t < CLI_NT; t++) per += cli_dtype_size(r->dt.t[t]);
+            r->bytes = (double)r->elements * per;
+            r->threads = be[ib].is_cuda ? 0 : (cfg.threads ? cfg.threads : cli_max_threads());
+          }
+    }
+
+  bench_ctx ctx = {&cfg, 0, nres, cli_stderr_is_tty()};
+  int nfail = 0;
+  for (int i = 0; i < nres; i++) {
+    ctx.index = i + 1;
+    const cli_backend *b = NULL;
+    for (int k = 0; k < nbe; k++)
+      if (!strcmp(be[k].label, res[i].backend)) b = &be[k];
+    if (res[i].elements == 0) {
+      snprintf(res[i].error, sizeof res[i].error, "nothing to time: the shape has no elements");
+    } else {
+      run_config(&ctx, &res[i], b);
+    }
+    if (res[i].error[0]) nfail++;
+  }
+  if (ctx.tty) fprintf(stderr, "\r%100s\r", "");
+
+  /* The table. */
+  printf("%-10s %-3s %-22s %-8s %-8s %9s %11s %9s %11s %7s\n", "backend", "op", "shape", "dtype", "layout", "MB moved",
+         "median us", "GB/s", "ceil GB/s", "% ceil");
+  for (int i = 0; i < nres; i++) {
+    const bench_result *r = &res[i];
+    char shape[64], dts[64];
+    cli_shape_str(r->shape, shape, sizeof shape);
+    cli_dtypes_str(&r->dt, dts, sizeof dts);
+    if (strchr(dts, ' ')) snprintf(dts, sizeof dts, "mixed");
+    if (r->error[0]) {
+      printf("%-10s %-3s %-22s %-8s %-8s %s\n", r->backend, r->op, shape, dts, cli_layout_names[r->layout], r->error);
+      continue;
+    }
+    printf("%-10s %-3s %-22s %-8s %-8s %9.1f %11.1f %9.1f %11.1f %6.1f%%\n", r->backend, r->op, shape, dts,
+           cli_layout_names[r->layout], r->bytes / 1e6, r->median_s * 1e6, r->gbps, r->ceiling_gbps, r->pct);
+  }
+
+  bench_meta meta;
+  meta.ceiling_cpu = cli_stream_ceiling_has_nt() ? "stream, 3 reads + 2 non-temporal writes, same threads and bytes"
+                                                 : "stream, 3 reads + 2 writes, same threads and bytes";
+  meta.ceiling_cuda = "device-to-device copy of the same bytes";
+  meta.threads = cfg.threads ? cfg.threads : cli_max_threads();
+  time_t now = time(NULL);
+  strftime(meta.date, sizeof meta.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+  int rc = nfail ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+  if (cli_bench_write_json(cfg.json, res, nres, &meta)) {
+    cli_error("bench", "cannot write the JSON results to '%s'", cfg.json);
+    rc = CLI_EXIT_FAIL;
+  } else {
+    printf("results: %s\n", cfg.json);
+  }
+  if (cfg.plot) {
+    int pl = cli_bench_plot(cfg.png, res, nres, &meta);
+    if (pl == 0) printf("chart: %s\n", cfg.png);
+    else if (pl < 0) rc = CLI_EXIT_FAIL;
+  }
+  if (nfail) cli_error("bench", "%d of %d configurations could not run (see the table)", nfail, nres);
+  free(res);
+  return rc;
+}

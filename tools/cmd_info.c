@@ -1,0 +1,54 @@
+/* `zgate info`: version, CPU paths built / runnable / chosen, threads, CUDA build and devices. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zgate info\n"
+          "\n"
+          "Prints zgate's version, the CPU paths built into it, which of them this machine can\n"
+          "run and which one is chosen by default (ZGATE_CPU_ISA overrides the choice), the\n"
+          "OpenMP thread count, and whether CUDA is built in, with the devices found.\n");
+}
+
+int cli_cmd_info(int argc, char **argv) {
+  int pr = cli_parse("info", argc, argv, NULL, 0, NULL, NULL);
+  if (pr < 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (pr) return pr;
+  printf("zgate %s (tool built against header %s)\n", zgate_version(), ZGATE_VERSION_STRING);
+  printf("build:              %s\n", zgate_build_info());
+  printf("CPU paths built:    %s\n", zgate_cpu_isas_built());
+  printf("CPU paths runnable:");
+  for (int i = 0; i < 4; i++)
+    if (zgate_cpu_isa_available(cli_cpu_isas[i])) printf(" %s", cli_cpu_isas[i]);
+  printf("\n");
+  const char *env = getenv("ZGATE_CPU_ISA");
+  printf("CPU path chosen:    %s%s%s%s\n", zgate_cpu_isa_chosen(), env ? " (ZGATE_CPU_ISA=" : " (best available)",
+         env ? env : "", env ? ")" : "");
+  printf("CPU threads:        %d (OpenMP default; OMP_NUM_THREADS or --threads change it)\n", cli_max_threads());
+  if (!zgate_cuda_built()) {
+    printf("CUDA:               not built into this zgate\n");
+  } else {
+    char buf[256];
+    int n = cli_cuda_device_count();
+    cli_cuda_versions(buf, sizeof buf);
+    printf("CUDA:               built; %s; %d device%s%s%s\n", buf, n, n == 1 ? "" : "s",
+           n ? "" : " (", n ? "" : cli_cuda_last_error());
+    if (!n) printf(")\n");
+    for (int d = 0; d < n; d++) {
+      cli_cuda_describe(d, buf, sizeof buf);
+      printf("  %s\n", buf);
+    }
+  }
+  if (strcmp(zgate_version(), ZGATE_VERSION_STRING) != 0) {
+    cli_error("info", "the library (%s) and the header this tool was built with (%s) differ", zgate_version(),
+              ZGATE_VERSION_STRING);
+    return CLI_EXIT_FAIL;
+  }
+  return CLI_EXIT_OK;
+}

@@ -1,0 +1,41 @@
+/* The `zgate` command: self-check, benchmark and build information for libzgate. */
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zgate <command> [options]\n"
+          "\n"
+          "zgate computes Mamba-3's SiLU output gate and its backward on CPUs and NVIDIA GPUs.\n"
+          "\n"
+          "commands:\n"
+          "  info    version, CPU paths built / runnable / chosen, CUDA devices\n"
+          "  check   precision suite on every backend and CPU path vs the float64 reference;\n"
+          "          writes a Markdown report, exits 1 on any failure\n"
+          "  bench   bandwidth suite: time, GB/s and %% of a ceiling measured in the same run;\n"
+          "          writes JSON and a PNG chart (with gnuplot)\n"
+          "\n"
+          "'zgate <command> --help' describes each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("zgate %s\n", zgate_version());
+    return CLI_EXIT_OK;
+  }
+  if (!strcmp(cmd, "info")) return cli_cmd_info(argc - 1, argv + 1);
+  if (!strcmp(cmd, "check")) return cli_cmd_check(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return cli_cmd_bench(argc - 1, argv + 1);
+  fprintf(stderr, "zgate: unknown command '%s' (commands: info, check, bench; see 'zgate --help')\n", cmd);
+  return CLI_EXIT_USAGE;
+}
