@@ -1,0 +1,312 @@
+/* The AVX2 + FMA + F16C path: 8 floats per register.
+ * Built with -mavx2 -mfma -mf16c (src/CMakeLists.txt); only zg_cpu_kernels_avx2 is visible.
+ * Every element of the math goes through the same vector code (tails use masked loads and
+ * stores), so a result never depends on where a block starts or ends: any thread count
+ * gives the same bits. The exp and sigmoid recipe is documented in simd_exp.h. */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "../gate_math.h"
+#include "cpu_kernels.h"
+#include "simd_exp.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kernels_avx2.c must be built with -mavx2 -mfma -mf16c"
+#endif
+
+/* ---- register-level math --------------------------------------------------------------- */
+
+/* p + plo = exp(r) for |r| <= ln2/2 (plus a rounding), given k: steps 3-4 of simd_exp.h.
+ * p is the rounded result; plo its rounding error (Fast2Sum), for callers that carry it. */
+static inline __m256 v8_exp_core(__m256 x, __m256 k, __m256 *plo) {
+  __m256 r1 = _mm256_fnmadd_ps(k, _mm256_set1_ps(ZG_EXP_LN2_HI), x); /* exact */
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(ZG_EXP_LN2_LO), r1);
+  __m256 c = _mm256_fnmadd_ps(k, _mm256_set1_ps(ZG_EXP_LN2_LO), _mm256_sub_ps(r1, r)); /* r's rounding */
+  /* Q by Estrin: a short dependency chain (the out-of-order window limits this loop) */
+  __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 q01 = _mm256_fmadd_ps(_mm256_set1_ps(ZG_EXP_Q1), r, _mm256_set1_ps(ZG_EXP_Q0));
+  __m256 q23 = _mm256_fmadd_ps(_mm256_set1_ps(ZG_EXP_Q3), r, _mm256_set1_ps(ZG_EXP_Q2));
+  __m256 q45 = _mm256_fmadd_ps(_mm256_set1_ps(ZG_EXP_Q5), r, _mm256_set1_ps(ZG_EXP_Q4));
+  __m256 q = _mm256_fmadd_ps(_mm256_mul_ps(r2, r2), q45, _mm256_fmadd_ps(r2, q23, q01));
+  /* p = (1 + r) + (r^2 q + c), with 1 + r split exactly (Fast2Sum) so p rounds once */
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 hi = _mm256_add_ps(one, r);
+  __m256 lo = _mm256_add_ps(_mm256_sub_ps(one, hi), r);
+  __m256 u = _mm256_add_ps(_mm256_fmadd_ps(r2, q, c), lo);
+  __m256 p = _mm256_add_ps(hi, u);
+  *plo = _mm256_add_ps(_mm256_sub_ps(hi, p), u);
+  return p;
+}
+
+/* e + elo = exp(x) for x <= 0 or NaN. e alone: max 0.69 ulp (0.78 for subnormal results),
+ * simd_exp.h; elo carries p's rounding error (exact for normal results).
+ * k comes from the shifter trick: j = x*log2(e) + 1.5*2^23 holds round(x*log2(e)) in its
+ * low mantissa bits. Vectors whose results are all normal (x >= -87, the common case) take
+ * one scale; others split 2^k in two (step 5). Both give the same bits where both apply. */
+static inline __m256 v8_exp_neg(__m256 x, __m256 *elo) {
+  const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+  __m256 plo;
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ)) == 0) {
+    __m256 j = _mm256_fmadd_ps(x, _mm256_set1_ps(ZG_EXP_LOG2E), shifter);
+    __m256 p = v8_exp_core(x, _mm256_sub_ps(j, shifter), &plo);
+    /* the low bits of j are 2^22 + k; shifting left by 23 drops 2^22 and leaves k */
+    __m256 sc = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(j), _mm256_set1_epi32(127)), 23));
+    *elo = _mm256_mul_ps(plo, sc);
+    return _mm256_mul_ps(p, sc); /* NaN: p is NaN */
+  }
+  /* max(lo, x) returns its second operand when either is NaN: NaN passes through */
+  x = _mm256_max_ps(_mm256_set1_ps(ZG_EXP_LO), x);
+  __m256 j = _mm256_fmadd_ps(x, _mm256_set1_ps(ZG_EXP_LOG2E), shifter);
+  __m256 p = v8_exp_core(x, _mm256_sub_ps(j, shifter), &plo);
+  __m256i k = _mm256_sub_epi32(_mm256_castps_si256(j), _mm256_castps_si256(shifter));
+  __m256i k1 = _mm256_srai_epi32(k, 1); /* floor(k / 2) */
+  __m256i k2 = _mm256_sub_epi32(k, k1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 sc1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+  __m256 sc2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+  *elo = _mm256_mul_ps(_mm256_mul_ps(plo, sc1), sc2); /* 0 once e is subnormal: fine */
+  return _mm256_mul_ps(_mm256_mul_ps(p, sc1), sc2);
+}
+
+/* s = sigmoid(z) and oms = 1 - s from e + elo = exp(-|z|), each within about 0.5 ulp,
+ * without cancellation (simd_exp.h): r = 1/(1 + E) and E*r with E = e + elo, each a
+ * rounded leading term plus an fma-computed correction, so each is rounded once. */
+static inline void v8_sigmoid_pair(__m256 z, __m256 e, __m256 elo, __m256 *s, __m256 *oms) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 d = _mm256_add_ps(one, e);
+  __m256 dlo = _mm256_add_ps(_mm256_sub_ps(e, _mm256_sub_ps(d, one)), elo); /* 1+E = d+dlo */
+  __m256 r = _mm256_div_ps(one, d);
+  /* res = 1 - r*(d + dlo): r*(1 + res) = 1/(1+E) to second order */
+  __m256 res = _mm256_fnmadd_ps(r, dlo, _mm256_fnmadd_ps(r, d, one));
+  __m256 er = _mm256_mul_ps(e, r);
+  __m256 erlo = _mm256_fmadd_ps(elo, r, _mm256_fmsub_ps(e, r, er)); /* E*r - er */
+  __m256 r_c = _mm256_fmadd_ps(r, res, r);
+  __m256 er_c = _mm256_add_ps(er, _mm256_fmadd_ps(er, res, erlo));
+  __m256 pos = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ);
+  *s = _mm256_blendv_ps(er_c, r_c, pos);
+  *oms = _mm256_blendv_ps(r_c, er_c, pos);
+}
+
+/* Same grouping as gate_math.h (see its comment for why): dz = (dout*o) * (s*g). The
+ * product dout*o is carried with its rounding error (fma), which takes one of the
+ * roundings out of dz; where dout*o is inf (overflow or inf input) the correction is NaN
+ * and the plain product is kept. */
+static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo, __m256 *dz,
+                          __m256 *dos) {
+  __m256 s, oms;
+  v8_sigmoid_pair(z, e, elo, &s, &oms);
+  /* h = s * (1 + z*oms) = s + (s*z)*oms: rounded once, where forming 1 + z*oms first
+   * would round twice (a full ulp near z = 0) */
+  __m256 h = _mm256_fmadd_ps(_mm256_mul_ps(s, z), oms, s);
+  __m256 a = _mm256_mul_ps(dout, o);
+  __m256 alo = _mm256_fmsub_ps(dout, o, a);
+  __m256 fused = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
+  __m256 plain = _mm256_mul_ps(a, h);
+  *dz = _mm256_blendv_ps(fused, plain, _mm256_cmp_ps(fused, fused, _CMP_UNORD_Q));
+  *dos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
+}
+
+static inline __m256 v8_fwd(__m256 o, __m256 z, __m256 e, __m256 elo) {
+  __m256 s, oms;
+  v8_sigmoid_pair(z, e, elo, &s, &oms);
+  return _mm256_mul_ps(_mm256_mul_ps(o, z), s);
+}
+
+/* Lanes [0, n) set, for 0 < n < 8. */
+static inline __m256i v8_tail_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---- float-array kernels ---------------------------------------------------------------- */
+
+/* Up to 8 floats from p: a full load, or a masked one that never touches p[rem..8). */
+static inline __m256 v8_load_part(const float *p, int64_t rem) {
+  return rem >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, v8_tail_mask(rem));
+}
+static inline void v8_store_part(float *p, int64_t rem, __m256 v) {
+  if (rem >= 8) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, v8_tail_mask(rem), v);
+}
+
+/* The math runs in two passes over chunks of ZG_AVX2_CHUNK elements: exp first, into a
+ * small buffer, then the rest. One pass chains ~90 cycles of latency per vector and the
+ * out-of-order window cannot overlap enough vectors to hide it; two shorter chains run
+ * about 1.6x faster (docs/perf-notes.md). */
+#define ZG_AVX2_CHUNK 64
+
+static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
+  for (int64_t j = 0; j < m; j += 8) {
+    __m256 lo;
+    __m256 v = v8_exp_neg(_mm256_or_ps(v8_load_part(z + j, m - j), _mm256_set1_ps(-0.0f)), &lo);
+    _mm256_store_ps(e + j, v);
+    _mm256_store_ps(elo + j, lo);
+  }
+}
+
+static void bwd_avx2(float *dz, float *dos, const float *dout, const float *z, const float *o,
+                     int64_t n) {
+  _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_AVX2_CHUNK) {
+    int64_t m = n - i < ZG_AVX2_CHUNK ? n - i : ZG_AVX2_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 8) {
+      __m256 vdz, vdos;
+      v8_bwd(v8_load_part(dout + i + j, m - j), v8_load_part(z + i + j, m - j),
+             v8_load_part(o + i + j, m - j), _mm256_load_ps(e + j), _mm256_load_ps(elo + j), &vdz,
+             &vdos);
+      v8_store_part(dz + i + j, m - j, vdz);
+      v8_store_part(dos + i + j, m - j, vdos);
+    }
+  }
+}
+
+static void fwd_avx2(float *out, const float *o, const float *z, int64_t n) {
+  _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_AVX2_CHUNK) {
+    int64_t m = n - i < ZG_AVX2_CHUNK ? n - i : ZG_AVX2_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 8)
+      v8_store_part(out + i + j, m - j,
+                    v8_fwd(v8_load_part(o + i + j, m - j), v8_load_part(z + i + j, m - j),
+                           _mm256_load_ps(e + j), _mm256_load_ps(elo + j)));
+  }
+}
+
+/* ---- loads: widen to float --------------------------------------------------------------- */
+
+static void load_f32(float *dst, const void *src, int64_t n, int64_t stride) {
+  const float *s = (const float *)src;
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i + 16 <= n; i += 16) {
+      _mm256_storeu_ps(dst + i, _mm256_loadu_ps(s + i));
+      _mm256_storeu_ps(dst + i + 8, _mm256_loadu_ps(s + i + 8));
+    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(s + i));
+    if (i < n) {
+      __m256i m = v8_tail_mask(n - i);
+      _mm256_maskstore_ps(dst + i, m, _mm256_maskload_ps(s + i, m));
+    }
+    return;
+  }
+  for (; i < n; i++) dst[i] = s[i * stride];
+}
+
+static void load_f16(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  int64_t i = 0;
+  if (stride == 1)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+  for (; i < n; i++) dst[i] = _cvtsh_ss(s[i * stride]);
+}
+
+static void load_bf16(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  int64_t i = 0;
+  if (stride == 1)
+    for (; i + 8 <= n; i += 8) {
+      __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+  for (; i < n; i++) dst[i] = zg_bf16_to_f32(s[i * stride]);
+}
+
+/* ---- stores: narrow with round-to-nearest-even ------------------------------------------ */
+
+/* Elements to store normally before dst + head is 64-byte aligned (a whole cache line per
+ * run of non-temporal stores, so write-combining flushes full lines). */
+static inline int64_t head_to_line(const void *dst, int64_t elem_size, int64_t n) {
+  int64_t h = (int64_t)((64u - ((uintptr_t)dst & 63u)) & 63u) / elem_size;
+  return h < n ? h : n;
+}
+
+static inline __m128i v8_to_f16(__m256 x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
+
+/* Exact RNE to bfloat16 on the bits; NaN kept quiet (same as zg_f32_to_bf16). */
+static inline __m128i v8_to_bf16(__m256 x) {
+  __m256i b = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i rnd = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  __m256i qnan = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
+  __m256i isnan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  __m256i h = _mm256_srli_epi32(_mm256_blendv_epi8(rnd, qnan, isnan), 16);
+  /* packus works per 128-bit lane: gather qwords 0 and 2 into the low half */
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+  return _mm256_castsi256_si128(p);
+}
+
+static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  float *d = (float *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = src[i];
+    return;
+  }
+  if (streaming) {
+    for (int64_t h = head_to_line(d, 4, n); i < h; i++) d[i] = src[i];
+    for (; i + 16 <= n; i += 16) {
+      _mm256_stream_ps(d + i, _mm256_loadu_ps(src + i));
+      _mm256_stream_ps(d + i + 8, _mm256_loadu_ps(src + i + 8));
+    }
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(src + i));
+  if (i < n) {
+    __m256i m = v8_tail_mask(n - i);
+    _mm256_maskstore_ps(d + i, m, _mm256_maskload_ps(src + i, m));
+  }
+  if (streaming) _mm_sfence();
+}
+
+static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  uint16_t *d = (uint16_t *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+    return;
+  }
+  if (streaming) {
+    for (int64_t h = head_to_line(d, 2, n); i < h; i++) d[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+    for (; i + 16 <= n; i += 16) {
+      __m128i lo = v8_to_f16(_mm256_loadu_ps(src + i));
+      __m128i hi = v8_to_f16(_mm256_loadu_ps(src + i + 8));
+      _mm256_stream_si256((__m256i *)(d + i), _mm256_set_m128i(hi, lo));
+    }
+  }
+  for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), v8_to_f16(_mm256_loadu_ps(src + i)));
+  for (; i < n; i++) d[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+  if (streaming) _mm_sfence();
+}
+
+static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  uint16_t *d = (uint16_t *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
+    return;
+  }
+  if (streaming) {
+    for (int64_t h = head_to_line(d, 2, n); i < h; i++) d[i] = zg_f32_to_bf16(src[i]);
+    for (; i + 16 <= n; i += 16) {
+      __m128i lo = v8_to_bf16(_mm256_loadu_ps(src + i));
+      __m128i hi = v8_to_bf16(_mm256_loadu_ps(src + i + 8));
+      _mm256_stream_si256((__m256i *)(d + i), _mm256_set_m128i(hi, lo));
+    }
+  }
+  for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), v8_to_bf16(_mm256_loadu_ps(src + i)));
+  for (; i < n; i++) d[i] = zg_f32_to_bf16(src[i]);
+  if (streaming) _mm_sfence();
+}
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+static const zg_cpu_kernels avx2_kernels = {
+    "avx2",
+    {load_f32, load_f16, load_bf16},
+    {store_f32, store_f16, store_bf16},
+    bwd_avx2,
+    fwd_avx2,
+};
+
+const zg_cpu_kernels *zg_cpu_kernels_avx2(void) { return &avx2_kernels; }

@@ -1,0 +1,307 @@
+/* The AVX-512 path (F, BW, DQ, VL, plus FMA and F16C): 16 floats per register.
+ * Built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c (src/CMakeLists.txt);
+ * only zg_cpu_kernels_avx512 is visible. The same operations in the same order as
+ * kernels_avx2.c (simd_exp.h documents them), so both paths give the same bits; every
+ * element goes through the same vector code (tails are masked), so results never depend
+ * on block boundaries or the thread count.
+ *
+ * bfloat16 stores use the exact integer round-to-nearest-even, not AVX512_BF16's
+ * VCVTNEPS2BF16: that instruction treats subnormal inputs as zero and flushes subnormal
+ * results (it ignores MXCSR and behaves as DAZ/FTZ), so it is not the exact RNE that
+ * zg_f32_to_bf16 defines. float16 uses VCVTPS2PH with the rounding mode in the immediate
+ * (round to nearest even; subnormals exact, MXCSR.DAZ not consulted). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "../gate_math.h"
+#include "cpu_kernels.h"
+#include "simd_exp.h"
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || \
+    !defined(__AVX512VL__) || !defined(__FMA__) || !defined(__F16C__)
+#error "kernels_avx512.c must be built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c"
+#endif
+
+/* ---- register-level math (mirrors kernels_avx2.c line by line) ----------------------- */
+
+/* p + plo = exp(r) for |r| <= ln2/2, given k: steps 3-4 of simd_exp.h. */
+static inline __m512 v16_exp_core(__m512 x, __m512 k, __m512 *plo) {
+  __m512 r1 = _mm512_fnmadd_ps(k, _mm512_set1_ps(ZG_EXP_LN2_HI), x); /* exact */
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(ZG_EXP_LN2_LO), r1);
+  __m512 c = _mm512_fnmadd_ps(k, _mm512_set1_ps(ZG_EXP_LN2_LO), _mm512_sub_ps(r1, r));
+  __m512 r2 = _mm512_mul_ps(r, r);
+  __m512 q01 = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP_Q1), r, _mm512_set1_ps(ZG_EXP_Q0));
+  __m512 q23 = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP_Q3), r, _mm512_set1_ps(ZG_EXP_Q2));
+  __m512 q45 = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP_Q5), r, _mm512_set1_ps(ZG_EXP_Q4));
+  __m512 q = _mm512_fmadd_ps(_mm512_mul_ps(r2, r2), q45, _mm512_fmadd_ps(r2, q23, q01));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 hi = _mm512_add_ps(one, r);
+  __m512 lo = _mm512_add_ps(_mm512_sub_ps(one, hi), r);
+  __m512 u = _mm512_add_ps(_mm512_fmadd_ps(r2, q, c), lo);
+  __m512 p = _mm512_add_ps(hi, u);
+  *plo = _mm512_add_ps(_mm512_sub_ps(hi, p), u);
+  return p;
+}
+
+/* e + elo = exp(x) for x <= 0 or NaN (simd_exp.h; e alone max 0.69 ulp). Vectors whose
+ * results are all normal take one scale; others split 2^k in two. */
+static inline __m512 v16_exp_neg(__m512 x, __m512 *elo) {
+  const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
+  __m512 plo;
+  if (_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ) == 0) {
+    __m512 j = _mm512_fmadd_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E), shifter);
+    __m512 p = v16_exp_core(x, _mm512_sub_ps(j, shifter), &plo);
+    __m512 sc = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(j), _mm512_set1_epi32(127)), 23));
+    *elo = _mm512_mul_ps(plo, sc);
+    return _mm512_mul_ps(p, sc);
+  }
+  /* max(lo, x) returns its second operand when either is NaN: NaN passes through */
+  x = _mm512_max_ps(_mm512_set1_ps(ZG_EXP_LO), x);
+  __m512 j = _mm512_fmadd_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E), shifter);
+  __m512 p = v16_exp_core(x, _mm512_sub_ps(j, shifter), &plo);
+  __m512i k = _mm512_sub_epi32(_mm512_castps_si512(j), _mm512_castps_si512(shifter));
+  __m512i k1 = _mm512_srai_epi32(k, 1); /* floor(k / 2) */
+  __m512i k2 = _mm512_sub_epi32(k, k1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  __m512 sc1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
+  __m512 sc2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
+  *elo = _mm512_mul_ps(_mm512_mul_ps(plo, sc1), sc2);
+  return _mm512_mul_ps(_mm512_mul_ps(p, sc1), sc2);
+}
+
+/* s and oms = 1 - s from e + elo = exp(-|z|), each rounded once (simd_exp.h). */
+static inline void v16_sigmoid_pair(__m512 z, __m512 e, __m512 elo, __m512 *s, __m512 *oms) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 d = _mm512_add_ps(one, e);
+  __m512 dlo = _mm512_add_ps(_mm512_sub_ps(e, _mm512_sub_ps(d, one)), elo);
+  __m512 r = _mm512_div_ps(one, d);
+  __m512 res = _mm512_fnmadd_ps(r, dlo, _mm512_fnmadd_ps(r, d, one));
+  __m512 er = _mm512_mul_ps(e, r);
+  __m512 erlo = _mm512_fmadd_ps(elo, r, _mm512_fmsub_ps(e, r, er));
+  __m512 r_c = _mm512_fmadd_ps(r, res, r);
+  __m512 er_c = _mm512_add_ps(er, _mm512_fmadd_ps(er, res, erlo));
+  __mmask16 pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+  *s = _mm512_mask_blend_ps(pos, er_c, r_c);
+  *oms = _mm512_mask_blend_ps(pos, r_c, er_c);
+}
+
+/* dz = (dout*o) * (s + (s*z)*oms) with dout*o carried as a + alo; dos = (dout*z)*s. */
+static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo, __m512 *dz,
+                           __m512 *dos) {
+  __m512 s, oms;
+  v16_sigmoid_pair(z, e, elo, &s, &oms);
+  __m512 h = _mm512_fmadd_ps(_mm512_mul_ps(s, z), oms, s);
+  __m512 a = _mm512_mul_ps(dout, o);
+  __m512 alo = _mm512_fmsub_ps(dout, o, a);
+  __m512 fused = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
+  __m512 plain = _mm512_mul_ps(a, h);
+  *dz = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(fused, fused, _CMP_UNORD_Q), fused, plain);
+  *dos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
+}
+
+static inline __m512 v16_fwd(__m512 o, __m512 z, __m512 e, __m512 elo) {
+  __m512 s, oms;
+  v16_sigmoid_pair(z, e, elo, &s, &oms);
+  return _mm512_mul_ps(_mm512_mul_ps(o, z), s);
+}
+
+/* Lanes [0, min(rem, 16)) set. */
+static inline __mmask16 v16_mask(int64_t rem) {
+  return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
+}
+
+/* ---- float-array kernels: two passes per chunk (exp, then the rest), as in avx2 ------ */
+
+#define ZG_AVX512_CHUNK 128
+
+static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
+  for (int64_t j = 0; j < m; j += 16) {
+    __m512 lo;
+    __m512 v = _mm512_maskz_loadu_ps(v16_mask(m - j), z + j);
+    v = v16_exp_neg(_mm512_or_ps(v, _mm512_set1_ps(-0.0f)), &lo);
+    _mm512_store_ps(e + j, v);
+    _mm512_store_ps(elo + j, lo);
+  }
+}
+
+static void bwd_avx512(float *dz, float *dos, const float *dout, const float *z, const float *o,
+                       int64_t n) {
+  _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_AVX512_CHUNK) {
+    int64_t m = n - i < ZG_AVX512_CHUNK ? n - i : ZG_AVX512_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 16) {
+      __mmask16 k = v16_mask(m - j);
+      __m512 vdz, vdos;
+      v16_bwd(_mm512_maskz_loadu_ps(k, dout + i + j), _mm512_maskz_loadu_ps(k, z + i + j),
+              _mm512_maskz_loadu_ps(k, o + i + j), _mm512_load_ps(e + j), _mm512_load_ps(elo + j),
+              &vdz, &vdos);
+      _mm512_mask_storeu_ps(dz + i + j, k, vdz);
+      _mm512_mask_storeu_ps(dos + i + j, k, vdos);
+    }
+  }
+}
+
+static void fwd_avx512(float *out, const float *o, const float *z, int64_t n) {
+  _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_AVX512_CHUNK) {
+    int64_t m = n - i < ZG_AVX512_CHUNK ? n - i : ZG_AVX512_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 16) {
+      __mmask16 k = v16_mask(m - j);
+      _mm512_mask_storeu_ps(out + i + j, k,
+                            v16_fwd(_mm512_maskz_loadu_ps(k, o + i + j),
+                                    _mm512_maskz_loadu_ps(k, z + i + j), _mm512_load_ps(e + j),
+                                    _mm512_load_ps(elo + j)));
+    }
+  }
+}
+
+/* ---- loads: widen to float ------------------------------------------------------------ */
+
+static void load_f32(float *dst, const void *src, int64_t n, int64_t stride) {
+  const float *s = (const float *)src;
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 k = v16_mask(n - i);
+      _mm512_mask_storeu_ps(dst + i, k, _mm512_maskz_loadu_ps(k, s + i));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = s[i * stride];
+}
+
+static void load_f16(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 k = v16_mask(n - i);
+      __m256i h = _mm256_maskz_loadu_epi16(k, s + i);
+      _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(h));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = _cvtsh_ss(s[i * stride]);
+}
+
+static void load_bf16(float *dst, const void *src, int64_t n, int64_t stride) {
+  const uint16_t *s = (const uint16_t *)src;
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 k = v16_mask(n - i);
+      __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, s + i));
+      _mm512_mask_storeu_ps(dst + i, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) dst[i] = zg_bf16_to_f32(s[i * stride]);
+}
+
+/* ---- stores: narrow with round-to-nearest-even ------------------------------------------ */
+
+/* Elements to store normally before dst + head is 64-byte aligned (whole cache lines for
+ * the non-temporal stores). */
+static inline int64_t head_to_line(const void *dst, int64_t elem_size, int64_t n) {
+  int64_t h = (int64_t)((64u - ((uintptr_t)dst & 63u)) & 63u) / elem_size;
+  return h < n ? h : n;
+}
+
+static inline __m256i v16_to_f16(__m512 x) {
+  return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* Exact RNE to bfloat16 on the bits; NaN kept quiet (same as zg_f32_to_bf16). */
+static inline __m256i v16_to_bf16(__m512 x) {
+  __m512i b = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i rnd = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  __mmask16 isnan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  rnd = _mm512_mask_mov_epi32(rnd, isnan, _mm512_or_si512(b, _mm512_set1_epi32(0x00400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rnd, 16));
+}
+
+static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  float *d = (float *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = src[i];
+    return;
+  }
+  if (streaming) {
+    int64_t h = head_to_line(d, 4, n);
+    if (h > 0) _mm512_mask_storeu_ps(d, v16_mask(h), _mm512_maskz_loadu_ps(v16_mask(h), src));
+    for (i = h; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, _mm512_loadu_ps(src + i));
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = v16_mask(n - i);
+    _mm512_mask_storeu_ps(d + i, k, _mm512_maskz_loadu_ps(k, src + i));
+  }
+  if (streaming) _mm_sfence();
+}
+
+static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  uint16_t *d = (uint16_t *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+    return;
+  }
+  if (streaming) {
+    int64_t h = head_to_line(d, 2, n);
+    for (; i < h; i += 16) {
+      __mmask16 k = v16_mask(h - i);
+      _mm256_mask_storeu_epi16(d + i, k, v16_to_f16(_mm512_maskz_loadu_ps(k, src + i)));
+    }
+    i = h;
+    for (; i + 32 <= n; i += 32) {
+      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_f16(_mm512_loadu_ps(src + i))),
+                                        v16_to_f16(_mm512_loadu_ps(src + i + 16)), 1);
+      _mm512_stream_si512((void *)(d + i), both);
+    }
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = v16_mask(n - i);
+    _mm256_mask_storeu_epi16(d + i, k, v16_to_f16(_mm512_maskz_loadu_ps(k, src + i)));
+  }
+  if (streaming) _mm_sfence();
+}
+
+static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  uint16_t *d = (uint16_t *)dst;
+  int64_t i = 0;
+  if (stride != 1) {
+    for (; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
+    return;
+  }
+  if (streaming) {
+    int64_t h = head_to_line(d, 2, n);
+    for (; i < h; i += 16) {
+      __mmask16 k = v16_mask(h - i);
+      _mm256_mask_storeu_epi16(d + i, k, v16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
+    }
+    i = h;
+    for (; i + 32 <= n; i += 32) {
+      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_bf16(_mm512_loadu_ps(src + i))),
+                                        v16_to_bf16(_mm512_loadu_ps(src + i + 16)), 1);
+      _mm512_stream_si512((void *)(d + i), both);
+    }
+  }
+  for (; i < n; i += 16) {
+    __mmask16 k = v16_mask(n - i);
+    _mm256_mask_storeu_epi16(d + i, k, v16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
+  }
+  if (streaming) _mm_sfence();
+}
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+static const zg_cpu_kernels avx512_kernels = {
+    "avx512",
+    {load_f32, load_f16, load_bf16},
+    {store_f32, store_f16, store_bf16},
+    bwd_avx512,
+    fwd_avx512,
+};
+
+const zg_cpu_kernels *zg_cpu_kernels_avx512(void) { return &avx512_kernels; }

@@ -1,0 +1,63 @@
+/* The exp recipe shared by the SIMD paths (kernels_avx2.c, kernels_avx512.c, kernels_neon.c).
+ * ISA-agnostic: constants and the recipe only; each ISA writes it once with its intrinsics.
+ *
+ * zg_exp_neg(x) = exp(x) for x <= 0 (the sigmoid only ever needs exp(-|z|)), NaN for NaN.
+ *   1. x = max(x, ZG_EXP_LO): below -104.5 exp(x) < 2^-150 rounds to 0 anyway, and the clamp
+ *      keeps k in range. The max is written so that a NaN x passes through.
+ *   2. k = round_to_nearest(x * log2(e)), k in [-151, 0], via j = fma(x, log2e, 1.5*2^23):
+ *      j holds 2^22 + k in its low mantissa bits, and k = j - 1.5*2^23 exactly.
+ *   3. r = x - k*ln2 by Cody-Waite: k*ZG_LN2_HI is exact (ZG_LN2_HI has 9 significant
+ *      bits, |k| < 2^8) and r1 = x - k*ZG_LN2_HI is exact (Sterbenz); r = r1 - k*ZG_LN2_LO
+ *      by one fma, and c = (r1 - r) - k*ZG_LN2_LO recovers r's rounding (|c| <= 2^-26).
+ *   4. p = (1 + r) + (r^2 * Q(r) + c), Q of degree 5 by Estrin with fma (short dependency chain); 1 + r is split
+ *      exactly into hi + lo (Fast2Sum, |r| < 1) so that p is rounded once at the end.
+ *      Q is our own Chebyshev fit (mpmath chebyfit of (exp(r)-1-r)/r^2 on [-ln2/2, ln2/2],
+ *      coefficients rounded to float): |p/exp(r) - 1| < 7e-10 (0.012 ulp) before rounding.
+ *   5. 2^k applied as two multiplies, 2^k1 * 2^k2 with k1 = floor(k/2), k2 = k - k1: both
+ *      scales are normal floats (k1, k2 >= -76), the first product is exact, and the second
+ *      rounds once, so results in the subnormal range (x down to about -103.97) are a single
+ *      rounding of p * 2^k, and results below 2^-150 are 0.
+ * Error, measured on every float x in [-104.5, 0] against double exp (1.12e9 points):
+ *   max 0.690 ulp for normal results, max 0.779 ulp for subnormal results (p's own
+ *   relative error shows at the top of the subnormal range); 0.125% not correctly rounded.
+ *   exp(NaN) = NaN, exp(-inf) = 0, exp(-0) = 1.
+ *   (tests/simd/test_simd_exp.c re-checks a sample of it, and e + elo, on every test run.)
+ *
+ * The sigmoid and gate built on it (the x86 paths use the same operations in the same order,
+ * so avx2 and avx512 give bit-identical results). Every step below exists because float32
+ * arithmetic that rounds each product separately was measured at up to 4.5 ulp of the
+ * scale for dz (the bar is 4); with them: dz 2.75, dout_scaled 1.91, out 1.98 ulp of scale
+ * (4M random points over z in [-120, 120] and near the root, docs/perf-notes.md).
+ *   e + elo = exp(-|z|): p's rounding error (Fast2Sum at the end of step 4) scaled by 2^k;
+ *   d = 1 + e, dlo = (e - (d - 1)) + elo          (1 + E = d + dlo, the parenthesis exact)
+ *   r = 1/d; res = (1 - r*d) - r*dlo               (two fmas: r*(1 + res) = 1/(1 + E))
+ *   er = e*r; erlo = (e*r - er) + elo*r            (fma residual: E*r = er + erlo)
+ *   R = r + r*res; ER = er + (er*res + erlo)       (each rounded once, ~0.5 ulp)
+ *   z >= 0: s = R, 1 - s = ER      z < 0 (or NaN): s = ER, 1 - s = R
+ *   (1 - s is never formed by subtraction: no cancellation for large z)
+ *   h = s*(1 + z*(1-s)) as fma(s*z, 1-s, s)        (one rounding where 1 + z*(1-s) then *s
+ *                                                   would round twice, a full ulp near z = 0)
+ *   dz = (dout*o) * h with dout*o carried as a + alo (alo = fma(dout, o, -a)):
+ *        dz = fma(a, h, alo*h), or a*h where that is NaN (a = inf: overflow or inf input)
+ *   dout_scaled = (dout*z)*s, out = (o*z)*s        (the grouping of gate_math.h)
+ */
+#ifndef ZGATE_SIMD_EXP_H
+#define ZGATE_SIMD_EXP_H
+
+#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#error "zgate's exp needs IEEE semantics: do not build with -ffast-math"
+#endif
+
+#define ZG_EXP_LO (-104.5f)
+#define ZG_EXP_LOG2E 0x1.715476p+0f
+#define ZG_EXP_LN2_HI 0x1.630000p-1f  /* 0.693359375 */
+#define ZG_EXP_LN2_LO -0x1.bd0106p-13f /* ln2 - ZG_EXP_LN2_HI */
+/* Q(r) = ZG_EXP_Q0 + r*(ZG_EXP_Q1 + r*(... + r*ZG_EXP_Q5)) */
+#define ZG_EXP_Q0 0x1.000000p-1f
+#define ZG_EXP_Q1 0x1.555556p-3f
+#define ZG_EXP_Q2 0x1.5554eap-5f
+#define ZG_EXP_Q3 0x1.1110e0p-7f
+#define ZG_EXP_Q4 0x1.6d4324p-10f
+#define ZG_EXP_Q5 0x1.a124f2p-13f
+
+#endif /* ZGATE_SIMD_EXP_H */
