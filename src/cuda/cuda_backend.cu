@@ -1,0 +1,297 @@
+/* The CUDA backend: zg_cuda_run, called by the API for validated problems on CUDA devices.
+ *
+ * One kernel template does both operators. Each thread takes work items from a grid-stride
+ * loop, two at a time (their loads are issued before either's stores, so more bytes are in
+ * flight); an item is V consecutive elements of one row of the collapsed problem
+ * (cuda_plan.h), read once from each input and written once to each output.
+ *   V = 8, 4, 2: rows contiguous in every tensor, vector accesses of up to 16 bytes; the row
+ *                starts may be anywhere the strides say (Z as a view into the input
+ *                projection, permuted heads, padded rows).
+ *   V = 1:       any strides (a tensor not contiguous in its last dimension).
+ * Instances: 2 operators x 4 dtype kinds (all f32, all f16, all bf16, mixed: dtype read per
+ * tensor at run time, a uniform branch) x 4 widths = 32 kernels, compiled ahead of time.
+ *
+ * Device: the tensors' device_id, made current for the call and restored after. Stream:
+ * zgate_options.cuda_stream, else the legacy default stream (0) of that device. */
+#include <atomic>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda_gate_math.cuh"
+#include "cuda_plan.h"
+
+#ifndef ZGATE_WITH_CUDA
+#define ZGATE_WITH_CUDA 1
+#endif
+extern "C" {
+#include "zgate_internal.h"
+}
+
+namespace zgcu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxCachedDevices = 64;
+
+template <int OP>
+struct Arity;
+template <>
+struct Arity<ZG_OP_BWD> { static constexpr int in = 3, out = 2; };
+template <>
+struct Arity<ZG_OP_FWD> { static constexpr int in = 2, out = 1; };
+
+template <int KIND>
+__device__ __forceinline__ int dtype_of(const Args &a, int t) {
+  return KIND == DT_MIXED ? a.dtype[t] : KIND;
+}
+
+__device__ __forceinline__ int64_t elem_size(int dt) { return dt == DT_F32 ? 4 : 2; }
+
+/* One work item in registers: where its vectors are, and the input values. */
+template <int OP, int V>
+struct Item {
+  int64_t off[Arity<OP>::in + Arity<OP>::out]; /* element offsets */
+  float in[Arity<OP>::in][V];
+};
+
+/* Item index -> element offsets in every tensor. */
+template <int OP, int V>
+__device__ __forceinline__ void locate(const Args &a, int64_t i, Item<OP, V> &it) {
+  constexpr int NT = Arity<OP>::in + Arity<OP>::out;
+  int64_t i0 = 0, i1 = 0, i2 = 0, c = i;
+  if (!a.one_row) {
+    int64_t row;
+    if (a.wide) {
+      row = i / a.nv;
+      c = i - row * a.nv;
+      i2 = row % a.n[2];
+      row /= a.n[2];
+      i1 = row % a.n[1];
+      i0 = row / a.n[1];
+    } else {
+      uint32_t x = (uint32_t)i;
+      uint32_t r = __umulhi(x, a.div_nv.m);
+      r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
+      c = x - r * a.div_nv.d;
+      uint32_t r2 = __umulhi(r, a.div_n2.m);
+      r2 = (uint32_t)(((uint64_t)r2 + r) >> a.div_n2.s);
+      i2 = r - r2 * a.div_n2.d;
+      uint32_t r1 = __umulhi(r2, a.div_n1.m);
+      r1 = (uint32_t)(((uint64_t)r1 + r2) >> a.div_n1.s);
+      i1 = r2 - r1 * a.div_n1.d;
+      i0 = r1;
+    }
+  }
+  int64_t col = c * V;
+#pragma unroll
+  for (int t = 0; t < NT; t++)
+    it.off[t] = i0 * a.st[t][0] + i1 * a.st[t][1] + i2 * a.st[t][2] + col * a.st[t][3];
+}
+
+template <int OP, int KIND, int V>
+__device__ __forceinline__ void load_item(const Args &a, Item<OP, V> &it) {
+#pragma unroll
+  for (int t = 0; t < Arity<OP>::in; t++) {
+    int dt = dtype_of<KIND>(a, t);
+    load_vec<V>(a.ptr[t] + it.off[t] * elem_size(dt), dt, it.in[t]);
+  }
+}
+
+/* Float32 outputs take the accurate math, 16-bit outputs the fast one (cuda_gate_math.cuh);
+ * for mixed dtypes the choice is a uniform run-time branch (Args.accurate). */
+template <int OP, int KIND>
+__device__ __forceinline__ bool accurate(const Args &a) {
+  if constexpr (KIND == DT_F32) return true;
+  if constexpr (KIND == DT_F16 || KIND == DT_BF16) return false;
+  return a.accurate != 0;
+}
+
+template <int OP, int KIND, int V>
+__device__ __forceinline__ void finish_item(const Args &a, const Item<OP, V> &it) {
+  constexpr int NI = Arity<OP>::in;
+  const bool acc = accurate<OP, KIND>(a);
+  if constexpr (OP == ZG_OP_BWD) {
+    float dz[V], dos[V];
+    if (acc) {
+#pragma unroll
+      for (int k = 0; k < V; k++) gate_bwd(it.in[0][k], it.in[1][k], it.in[2][k], dz[k], dos[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; k++) gate_bwd_fast(it.in[0][k], it.in[1][k], it.in[2][k], dz[k], dos[k]);
+    }
+    int dt_dz = dtype_of<KIND>(a, NI), dt_dos = dtype_of<KIND>(a, NI + 1);
+    store_vec<V>(a.ptr[NI] + it.off[NI] * elem_size(dt_dz), dt_dz, dz);
+    store_vec<V>(a.ptr[NI + 1] + it.off[NI + 1] * elem_size(dt_dos), dt_dos, dos);
+  } else {
+    float out[V];
+    if (acc) {
+#pragma unroll
+      for (int k = 0; k < V; k++) out[k] = gate_fwd(it.in[0][k], it.in[1][k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; k++) out[k] = gate_fwd_fast(it.in[0][k], it.in[1][k]);
+    }
+    int dt_out = dtype_of<KIND>(a, NI);
+    store_vec<V>(a.ptr[NI] + it.off[NI] * elem_size(dt_out), dt_out, out);
+  }
+}
+
+/* In place (dout_scaled is dout): each element is read by the thread that later writes it,
+ * and the read comes first in that thread's program order, so no other ordering is needed. */
+template <int OP, int KIND, int V>
+__global__ void __launch_bounds__(kThreads, 3) gate_kernel(const Args a) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.items; i += 2 * stride) {
+    Item<OP, V> x, y;
+    const int64_t j = i + stride;
+    const bool has_y = j < a.items;
+    locate<OP, V>(a, i, x);
+    load_item<OP, KIND, V>(a, x);
+    if (has_y) {
+      locate<OP, V>(a, j, y);
+      load_item<OP, KIND, V>(a, y);
+    }
+    finish_item<OP, KIND, V>(a, x);
+    if (has_y) finish_item<OP, KIND, V>(a, y);
+  }
+  if constexpr (V > 1) {
+    /* One row whose length is not a multiple of V: its last few elements, one per thread. */
+    if (a.tail > 0 && blockIdx.x == 0 && threadIdx.x < (unsigned)a.tail) {
+      constexpr int NT = Arity<OP>::in + Arity<OP>::out;
+      Item<OP, 1> e;
+      int64_t col = a.nv * V + threadIdx.x;
+#pragma unroll
+      for (int t = 0; t < NT; t++) e.off[t] = col * a.st[t][3];
+      load_item<OP, KIND, 1>(a, e);
+      finish_item<OP, KIND, 1>(a, e);
+    }
+  }
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+int fail_cuda(const char *what, cudaError_t e) {
+  return zg_fail(ZGATE_ERR_CUDA, "CUDA error in %s: %s (%s)", what, cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+}
+
+/* Multiprocessor count per device, read once (a benign race: every writer stores the same
+ * value). Device ids beyond the cache are queried each call. */
+std::atomic<int> g_sm_count[kMaxCachedDevices];
+
+int sm_count(int dev, int *out) {
+  bool cached = dev >= 0 && dev < kMaxCachedDevices;
+  int v = cached ? g_sm_count[dev].load(std::memory_order_relaxed) : 0;
+  if (v <= 0) {
+    cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return fail_cuda("cudaDeviceGetAttribute(MultiProcessorCount)", e);
+    if (v <= 0) v = 1;
+    if (cached) g_sm_count[dev].store(v, std::memory_order_relaxed);
+  }
+  *out = v;
+  return ZGATE_OK;
+}
+
+template <int OP, int KIND, int V>
+int launch(const Args &a, int dev, cudaStream_t stream) {
+  static std::atomic<int> blocks_per_sm[kMaxCachedDevices]; /* per kernel, per device */
+  auto kernel = gate_kernel<OP, KIND, V>;
+  bool cached = dev >= 0 && dev < kMaxCachedDevices;
+  int bps = cached ? blocks_per_sm[dev].load(std::memory_order_relaxed) : 0;
+  if (bps <= 0) {
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kThreads, 0);
+    if (e != cudaSuccess) return fail_cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
+    if (bps <= 0) bps = 1;
+    if (cached) blocks_per_sm[dev].store(bps, std::memory_order_relaxed);
+  }
+  int sms = 0;
+  int st = sm_count(dev, &sms);
+  if (st != ZGATE_OK) return st;
+  /* Enough blocks to fill the device once (the grid-stride loop does the rest), fewer when
+   * the work is small: each thread takes two items per pass. */
+  int64_t per_block = 2 * (int64_t)kThreads;
+  int64_t want = (a.items + per_block - 1) / per_block;
+  int64_t full = (int64_t)sms * bps;
+  int64_t blocks = want < full ? want : full;
+  if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
+  gate_kernel<OP, KIND, V><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail_cuda("launching the gate kernel", e);
+  return ZGATE_OK;
+}
+
+template <int OP, int KIND>
+int launch_width(const Args &a, int v, int dev, cudaStream_t stream) {
+  switch (v) {
+    case 8:
+      if constexpr (KIND != DT_F32) return launch<OP, KIND, 8>(a, dev, stream);
+      return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: float32 with 8-wide vectors");
+    case 4: return launch<OP, KIND, 4>(a, dev, stream);
+    case 2: return launch<OP, KIND, 2>(a, dev, stream);
+    default: return launch<OP, KIND, 1>(a, dev, stream);
+  }
+}
+
+template <int OP>
+int launch_kind(const Args &a, int nt, int v, int dev, cudaStream_t stream) {
+  int kind = a.dtype[0];
+  for (int t = 1; t < nt; t++)
+    if (a.dtype[t] != kind) kind = DT_MIXED;
+  switch (kind) {
+    case DT_F32: return launch_width<OP, DT_F32>(a, v, dev, stream);
+    case DT_F16: return launch_width<OP, DT_F16>(a, v, dev, stream);
+    case DT_BF16: return launch_width<OP, DT_BF16>(a, v, dev, stream);
+    default: return launch_width<OP, DT_MIXED>(a, v, dev, stream);
+  }
+}
+
+int run_on_current_device(const zg_problem *p, int dev, cudaStream_t stream) {
+  const int nt = p->n_in + p->n_out;
+  if (nt > MAX_T || (p->op == ZG_OP_BWD && nt != 5) || (p->op == ZG_OP_FWD && nt != 3))
+    return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: unexpected operand count %d", nt);
+  Args a = {};
+  int esize[MAX_T] = {0};
+  int64_t strides[MAX_T][4];
+  for (int t = 0; t < nt; t++) {
+    const zg_operand &op = p->t[t];
+    if (op.dtype != ZG_F32 && op.dtype != ZG_F16 && op.dtype != ZG_BF16)
+      return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: operand %d has dtype %d", t, (int)op.dtype);
+    a.ptr[t] = op.data;
+    a.dtype[t] = (int)op.dtype;
+    esize[t] = (int)zg_dtype_size(op.dtype);
+    for (int d = 0; d < 4; d++) strides[t][d] = op.strides[d];
+  }
+  plan_collapse(nt, p->shape, strides, a.n, a.st);
+  /* 16 bytes per access is enough: all-float32 problems stop at 4 elements a vector (8 would
+   * only add registers); with any 2-byte tensor 8 elements give it 16-byte accesses. */
+  bool all_f32 = true;
+  for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
+  int v = plan_vector_width(nt, a, esize, all_f32 ? 4 : 8);
+  plan_items(a, v);
+  for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;
+  if (p->op == ZG_OP_BWD) return launch_kind<ZG_OP_BWD>(a, nt, v, dev, stream);
+  return launch_kind<ZG_OP_FWD>(a, nt, v, dev, stream);
+}
+
+}  // namespace
+}  // namespace zgcu
+
+extern "C" int zg_cuda_run(const zg_problem *p, const zg_options *opts) {
+  if (p->numel <= 0) return ZGATE_OK;
+  const int dev = p->device.device_id;
+  cudaStream_t stream = opts && opts->cuda_stream ? (cudaStream_t)opts->cuda_stream : (cudaStream_t)0;
+  int prev = -1;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e != cudaSuccess) return zgcu::fail_cuda("cudaGetDevice", e);
+  if (prev != dev) {
+    e = cudaSetDevice(dev);
+    if (e != cudaSuccess) return zgcu::fail_cuda("cudaSetDevice (the tensors' device)", e);
+  }
+  int st = zgcu::run_on_current_device(p, dev, stream);
+  if (prev != dev) {
+    e = cudaSetDevice(prev);
+    if (e != cudaSuccess && st == ZGATE_OK) st = zgcu::fail_cuda("cudaSetDevice (restoring the caller's device)", e);
+  }
+  return st;
+}

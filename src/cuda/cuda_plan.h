@@ -1,0 +1,123 @@
+/* Host-side planning of one CUDA launch, kept apart from the kernels so it can be read (and
+ * tested) on its own: collapse the 4-D problem to the fewest dimensions, pick the widest
+ * vector every pointer, stride and row length allows, and precompute the divisions that
+ * turn a work-item index back into coordinates. C++ (host only); no CUDA calls. */
+#ifndef ZGATE_CUDA_PLAN_H
+#define ZGATE_CUDA_PLAN_H
+
+#include <stdint.h>
+
+namespace zgcu {
+
+/* Unsigned division by a run-time constant d >= 1 for dividends below 2^32:
+ * q = (umulhi(x, m) + x) >> s with s = ceil(log2 d), m = floor(2^32 (2^s - d) / d) + 1
+ * (Granlund and Montgomery, 1994); the sum is formed in 64 bits so it cannot wrap. */
+struct FastDiv {
+  uint32_t d, m, s;
+};
+
+static inline FastDiv fastdiv_make(uint64_t d) {
+  FastDiv f;
+  if (d == 0 || d > 0xffffffffull) d = 1; /* never used for division then (wide path) */
+  uint32_t s = 0;
+  while ((1ull << s) < d) s++;
+  f.d = (uint32_t)d;
+  f.s = s;
+  f.m = (uint32_t)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
+  return f;
+}
+
+static inline uint32_t fastdiv_host(uint32_t x, FastDiv f) {
+  uint32_t hi = (uint32_t)(((uint64_t)x * f.m) >> 32);
+  return (uint32_t)(((uint64_t)hi + x) >> f.s);
+}
+
+enum { MAX_T = 5 };
+
+/* Everything a kernel needs, passed by value (a few hundred bytes of kernel parameters). */
+struct Args {
+  char *ptr[MAX_T];       /* byte address of element (0,0,0,0) of each tensor */
+  int dtype[MAX_T];       /* DT_F32 / DT_F16 / DT_BF16 */
+  int64_t n[4];           /* collapsed shape; n[3] is the innermost dimension */
+  int64_t st[MAX_T][4];   /* strides in elements of the collapsed dims */
+  int64_t nv;             /* whole vectors per row: n[3] / V */
+  int64_t items;          /* work items: rows * nv */
+  int tail;               /* elements after the last whole vector (only when rows == 1) */
+  int one_row;            /* n[0] = n[1] = n[2] = 1: item index is the vector index */
+  int wide;               /* items >= 2^32: 64-bit division instead of FastDiv */
+  int accurate;           /* some output is float32: the accurate math (mixed dtypes) */
+  FastDiv div_nv, div_n2, div_n1;
+};
+
+/* Collapse: drop size-1 dims, merge neighbours that every tensor walks contiguously
+ * (stride[a] == stride[b] * n[b] for all tensors), right-align the result in 4 dims. */
+static inline void plan_collapse(int nt, const int64_t shape[4], const int64_t (*strides)[4],
+                                 int64_t n_out[4], int64_t (*st_out)[4]) {
+  int64_t n[4];
+  int64_t st[MAX_T][4];
+  int k = 0;
+  for (int d = 0; d < 4; d++) {
+    if (shape[d] == 1) continue;
+    if (k > 0) {
+      bool merge = true;
+      for (int t = 0; t < nt; t++)
+        if (st[t][k - 1] != strides[t][d] * shape[d]) merge = false;
+      if (merge) {
+        n[k - 1] *= shape[d];
+        for (int t = 0; t < nt; t++) st[t][k - 1] = strides[t][d];
+        continue;
+      }
+    }
+    n[k] = shape[d];
+    for (int t = 0; t < nt; t++) st[t][k] = strides[t][d];
+    k++;
+  }
+  if (k == 0) { /* a single element */
+    n[0] = 1;
+    for (int t = 0; t < nt; t++) st[t][0] = 1;
+    k = 1;
+  }
+  int pad = 4 - k;
+  for (int d = 0; d < 4; d++) {
+    n_out[d] = d < pad ? 1 : n[d - pad];
+    for (int t = 0; t < nt; t++) st_out[t][d] = d < pad ? 0 : st[t][d - pad];
+  }
+}
+
+/* Widest V in {8, 4, 2} (at most max_v) such that each vector of every tensor starts on a multiple of
+ * min(V * element size, 16) bytes and rows hold whole vectors (or there is one row, whose
+ * remainder becomes the tail); else 1 (any strides). */
+static inline int plan_vector_width(int nt, const Args &a, const int elem_size[MAX_T], int max_v) {
+  for (int t = 0; t < nt; t++)
+    if (a.st[t][3] != 1) return 1;
+  bool one_row = a.n[0] == 1 && a.n[1] == 1 && a.n[2] == 1;
+  for (int v = max_v; v >= 2; v /= 2) {
+    if (!one_row && a.n[3] % v != 0) continue;
+    bool ok = true;
+    for (int t = 0; t < nt && ok; t++) {
+      int64_t align = (int64_t)v * elem_size[t] < 16 ? (int64_t)v * elem_size[t] : 16;
+      if ((uint64_t)(uintptr_t)a.ptr[t] % (uint64_t)align != 0) ok = false;
+      for (int d = 0; d < 3 && ok; d++)
+        if (a.n[d] > 1 && (a.st[t][d] * elem_size[t]) % align != 0) ok = false;
+    }
+    if (ok) return v;
+  }
+  return 1;
+}
+
+/* Fill the item count, tail and dividers for vector width v. */
+static inline void plan_items(Args &a, int v) {
+  int64_t rows = a.n[0] * a.n[1] * a.n[2];
+  a.one_row = rows == 1;
+  a.nv = a.n[3] / v;
+  a.tail = a.one_row ? (int)(a.n[3] - a.nv * v) : 0;
+  a.items = rows * a.nv;
+  a.wide = (uint64_t)a.items >= (1ull << 32);
+  a.div_nv = fastdiv_make((uint64_t)a.nv);
+  a.div_n2 = fastdiv_make((uint64_t)a.n[2]);
+  a.div_n1 = fastdiv_make((uint64_t)a.n[1]);
+}
+
+}  // namespace zgcu
+
+#endif /* ZGATE_CUDA_PLAN_H */

@@ -1,0 +1,782 @@
+/* GPU tests of the CUDA backend through the public API, against the float64 reference
+ * (zgate_check_*, the shared numerics policy). Exit 77 (ctest: skipped) without a GPU.
+ *
+ *   test_cuda_gate            dtype combinations, headdims, layouts, in place, size 0,
+ *                             special values, forward, streams, devices, threads
+ *   test_cuda_gate --small    a short subset (tails, odd headdims, in place) for
+ *                             compute-sanitizer memcheck / racecheck / initcheck
+ *   test_cuda_gate --big      tensors of more than 2^31 (and 2^32 work items), on slices
+ *
+ * Every device buffer has 256 guard bytes on both sides and is poisoned (0xFF: NaN in
+ * every dtype) before the call; afterwards every byte that is not an element of an output
+ * must be unchanged, and every element must pass the policy. Inputs are fresh random
+ * values each run (seed printed; ZGATE_TEST_SEED reproduces). */
+#include <atomic>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mutex>
+#include <thread>
+#include <time.h>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "zgate.h"
+#include "zgate_check.h"
+
+#define SKIP 77
+
+static std::atomic<int> g_failures{0};
+static std::atomic<int> g_cases{0};
+static int g_dev = 0;
+static std::mutex g_note_lock;
+
+#define CK(call)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                                \
+    }                                                                                         \
+  } while (0)
+
+#define EXPECT(cond, ...)               \
+  do {                                  \
+    if (!(cond)) {                      \
+      g_failures++;                     \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);              \
+      printf("\n");                     \
+    }                                   \
+  } while (0)
+
+/* ---- random numbers (splitmix64) ------------------------------------------------------- */
+static thread_local uint64_t g_rng; /* per thread: the threads test draws too */
+static uint64_t rnd(void) {
+  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double uni(double lo, double hi) { return lo + (hi - lo) * ((rnd() >> 11) * 0x1p-53); }
+static double rand_mag(void) { /* sign * 10^[-3, 2], sometimes 0 */
+  if (rnd() % 64 == 0) return 0.0;
+  double m = pow(10.0, uni(-3.0, 2.0));
+  return (rnd() & 1) ? -m : m;
+}
+static double rand_z(void) {
+  uint64_t k = rnd() % 16;
+  if (k == 0) return uni(-150.0, 150.0);
+  if (k == 1) return uni(-1.4, -1.15); /* around the root of 1 + z(1-s) */
+  return uni(-20.0, 20.0);
+}
+
+static const DLDataType F32 = {kDLFloat, 32, 1}, F16 = {kDLFloat, 16, 1}, BF16 = {kDLBfloat, 16, 1};
+static const char *dtn(DLDataType t) { return zgate_check_dtype_name(t); }
+
+/* ---- layouts ----------------------------------------------------------------------------- */
+enum Layout { DENSE, PROJ, PERM, PAD, TRANS, OFFSET, NLAYOUTS };
+static const char *layout_name[NLAYOUTS] = {"dense", "proj", "perm", "pad", "trans", "offset"};
+
+static const size_t G = 256; /* guard bytes each side */
+
+struct Buf { /* one device tensor with its buffer, host copies and element map */
+  DLDataType dt;
+  int es = 0;
+  int64_t shape[4], strides[4];
+  int64_t off = 0, span = 0;
+  size_t bytes = 0;
+  unsigned char *dev = nullptr;
+  bool owner = true;
+  std::vector<unsigned char> before, after;
+};
+
+static void buf_layout(Buf &b, const int64_t shape[4], DLDataType dt, Layout lay) {
+  int64_t B = shape[0], L = shape[1], H = shape[2], D = shape[3];
+  b.dt = dt;
+  b.es = dt.bits / 8;
+  memcpy(b.shape, shape, sizeof b.shape);
+  int64_t numel = B * L * H * D;
+  b.off = 0;
+  switch (lay) {
+    case PROJ: { /* a slice of the input projection: (B, L, P), this tensor at H*D */
+      int64_t P = 2 * H * D + 16;
+      int64_t s[4] = {L * P, P, D, 1};
+      memcpy(b.strides, s, sizeof s);
+      b.off = H * D;
+      b.span = B * L * P;
+      break;
+    }
+    case PERM: { /* heads before sequence in memory: (B, H, L, D) */
+      int64_t s[4] = {H * L * D, D, L * D, 1};
+      memcpy(b.strides, s, sizeof s);
+      b.span = numel;
+      break;
+    }
+    case PAD: { /* rows padded by 3 elements: no row start is aligned */
+      int64_t Dp = D + 3;
+      int64_t s[4] = {L * H * Dp, H * Dp, Dp, 1};
+      memcpy(b.strides, s, sizeof s);
+      b.span = B * L * H * Dp;
+      break;
+    }
+    case TRANS: { /* headdim is not the innermost dimension in memory: (B, L, D, H) */
+      int64_t s[4] = {L * D * H, D * H, 1, H};
+      memcpy(b.strides, s, sizeof s);
+      b.span = numel;
+      break;
+    }
+    default: {
+      int64_t s[4] = {L * H * D, H * D, D, 1};
+      memcpy(b.strides, s, sizeof s);
+      b.off = lay == OFFSET ? 1 : 0;
+      b.span = numel + b.off;
+    }
+  }
+  if (numel == 0) b.span = b.off + 1;
+  b.bytes = G + (size_t)b.span * b.es + G;
+}
+
+static void buf_alloc(Buf &b) {
+  CK(cudaMalloc(&b.dev, b.bytes));
+  b.before.assign(b.bytes, 0xFF);
+}
+
+static void buf_upload(Buf &b) { CK(cudaMemcpy(b.dev, b.before.data(), b.bytes, cudaMemcpyHostToDevice)); }
+static void buf_download(Buf &b) {
+  b.after.resize(b.bytes);
+  CK(cudaMemcpy(b.after.data(), b.dev, b.bytes, cudaMemcpyDeviceToHost));
+}
+static void buf_free(Buf &b) {
+  if (b.owner && b.dev) CK(cudaFree(b.dev));
+  b.dev = nullptr;
+}
+
+static DLTensor dl_dev(Buf &b, int dev) {
+  DLTensor t;
+  t.data = b.dev + G;
+  t.device.device_type = kDLCUDA;
+  t.device.device_id = dev;
+  t.ndim = 4;
+  t.dtype = b.dt;
+  t.shape = b.shape;
+  t.strides = b.strides;
+  t.byte_offset = (uint64_t)b.off * b.es;
+  return t;
+}
+
+static DLTensor dl_host(Buf &b, std::vector<unsigned char> &mem) {
+  DLTensor t = dl_dev(b, 0);
+  t.data = mem.data() + G;
+  t.device.device_type = kDLCPU;
+  return t;
+}
+
+/* Visit every element's byte position in the buffer. */
+template <class F>
+static void each_elem(const Buf &b, F f) {
+  for (int64_t i0 = 0; i0 < b.shape[0]; i0++)
+    for (int64_t i1 = 0; i1 < b.shape[1]; i1++)
+      for (int64_t i2 = 0; i2 < b.shape[2]; i2++)
+        for (int64_t i3 = 0; i3 < b.shape[3]; i3++)
+          f(G + (size_t)(b.off + i0 * b.strides[0] + i1 * b.strides[1] + i2 * b.strides[2] +
+                         i3 * b.strides[3]) * b.es);
+}
+
+/* Every byte of an output buffer that is not one of its elements is unchanged. */
+static int64_t untouched_violations(const Buf &b) {
+  std::vector<unsigned char> mine(b.bytes, 0);
+  each_elem(b, [&](size_t p) { memset(&mine[p], 1, b.es); });
+  int64_t bad = 0;
+  for (size_t k = 0; k < b.bytes; k++)
+    if (!mine[k] && b.after[k] != b.before[k]) bad++;
+  return bad;
+}
+
+static void fill_random(Buf &b, int which) { /* which: 0 dout-like, 1 z */
+  for (int64_t k = 0; k < b.span; k++)
+    zgate_check_store(b.dt, &b.before[G + (size_t)k * b.es], which == 1 ? rand_z() : rand_mag());
+}
+
+/* ---- accuracy bookkeeping ------------------------------------------------------------ */
+struct Worst {
+  double units[3] = {0, 0, 0}; /* by output dtype: f32, f16, bf16 */
+  double ratio = 0;
+};
+static Worst g_worst;
+static int dt_index(DLDataType t) { return t.bits == 32 ? 0 : t.code == kDLBfloat ? 2 : 1; }
+static void note(const zgate_check_stats &s, DLDataType t) {
+  std::lock_guard<std::mutex> lock(g_note_lock);
+  int k = dt_index(t);
+  if (s.max_err_units > g_worst.units[k]) g_worst.units[k] = s.max_err_units;
+  if (s.max_bound_ratio > g_worst.ratio) g_worst.ratio = s.max_bound_ratio;
+}
+
+/* ---- one backward case ------------------------------------------------------------------ */
+struct Special {
+  const double *dout, *z, *o;
+  int64_t n;
+};
+
+static void bwd_case(const char *what, const int64_t shape[4], const DLDataType dt[5],
+                     const Layout lay[5], bool inplace, const Special *sp = nullptr,
+                     cudaStream_t stream = 0) {
+  g_cases++;
+  Buf b[5];
+  for (int t = 0; t < 5; t++) buf_layout(b[t], shape, dt[t], lay[t]);
+  if (inplace) b[4] = b[0];
+  for (int t = 0; t < 5; t++)
+    if (!(inplace && t == 4)) buf_alloc(b[t]);
+  if (inplace) { b[4].dev = b[0].dev; b[4].owner = false; }
+  if (sp) {
+    int64_t k = 0;
+    each_elem(b[0], [&](size_t p) { zgate_check_store(b[0].dt, &b[0].before[p], sp->dout[k++]); });
+    k = 0;
+    each_elem(b[1], [&](size_t p) { zgate_check_store(b[1].dt, &b[1].before[p], sp->z[k++]); });
+    k = 0;
+    each_elem(b[2], [&](size_t p) { zgate_check_store(b[2].dt, &b[2].before[p], sp->o[k++]); });
+  } else {
+    fill_random(b[0], 0);
+    fill_random(b[1], 1);
+    fill_random(b[2], 0);
+  }
+  for (int t = 0; t < 5; t++)
+    if (!(inplace && t == 4)) buf_upload(b[t]);
+  DLTensor d[5];
+  for (int t = 0; t < 5; t++) d[t] = dl_dev(b[t], g_dev);
+  zgate_options opts;
+  zgate_options_init(&opts);
+  opts.cuda_stream = stream;
+  int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], &opts);
+  EXPECT(st == ZGATE_OK, "%s: zgate_bwd returned %d (%s)", what, st, zgate_last_error());
+  CK(cudaDeviceSynchronize());
+  for (int t = 0; t < 5; t++) buf_download(b[t]);
+  if (inplace) b[4].before = b[0].before; /* dout_scaled's buffer before the call */
+  for (int t = 0; t < 5; t++) {
+    if (t < 3 && !(inplace && t == 0)) {
+      EXPECT(b[t].after == b[t].before, "%s: input %d was modified", what, t);
+    } else if (t >= 3) {
+      int64_t bad = untouched_violations(b[t]);
+      EXPECT(bad == 0, "%s: %lld bytes outside output %d changed (guards/padding)", what,
+             (long long)bad, t);
+    }
+  }
+  /* inputs as they were before the call; outputs as they are now */
+  DLTensor hin[3], hout[2];
+  for (int t = 0; t < 3; t++) hin[t] = dl_host(b[t], b[t].before);
+  hout[0] = dl_host(b[3], b[3].after);
+  hout[1] = dl_host(b[4], b[4].after);
+  zgate_check_stats sdz, sdos;
+  zgate_check_stats_init(&sdz);
+  zgate_check_stats_init(&sdos);
+  int cs = zgate_check_bwd(&hin[0], &hin[1], &hin[2], &hout[0], &hout[1], &sdz, &sdos);
+  EXPECT(cs == 0, "%s: zgate_check_bwd returned %d (%s)", what, cs, zgate_last_error());
+  char l1[256], l2[256];
+  zgate_check_stats_format(&sdz, l1, sizeof l1);
+  zgate_check_stats_format(&sdos, l2, sizeof l2);
+  EXPECT(sdz.failures == 0 && sdos.failures == 0, "%s: dz {%s} dos {%s}", what, l1, l2);
+  note(sdz, dt[3]);
+  note(sdos, dt[4]);
+  for (int t = 0; t < 5; t++) buf_free(b[t]);
+}
+
+static void fwd_case(const char *what, const int64_t shape[4], const DLDataType dt[3],
+                     const Layout lay[3]) {
+  g_cases++;
+  Buf b[3];
+  for (int t = 0; t < 3; t++) { buf_layout(b[t], shape, dt[t], lay[t]); buf_alloc(b[t]); }
+  fill_random(b[0], 0);
+  fill_random(b[1], 1);
+  for (int t = 0; t < 3; t++) buf_upload(b[t]);
+  DLTensor d[3];
+  for (int t = 0; t < 3; t++) d[t] = dl_dev(b[t], g_dev);
+  int st = zgate_fwd(&d[0], &d[1], &d[2], NULL);
+  EXPECT(st == ZGATE_OK, "%s: zgate_fwd returned %d (%s)", what, st, zgate_last_error());
+  CK(cudaDeviceSynchronize());
+  for (int t = 0; t < 3; t++) buf_download(b[t]);
+  EXPECT(b[0].after == b[0].before && b[1].after == b[1].before, "%s: an input changed", what);
+  int64_t bad = untouched_violations(b[2]);
+  EXPECT(bad == 0, "%s: %lld bytes outside out changed", what, (long long)bad);
+  DLTensor ho = dl_host(b[0], b[0].before), hz = dl_host(b[1], b[1].before), hout = dl_host(b[2], b[2].after);
+  zgate_check_stats s;
+  zgate_check_stats_init(&s);
+  int cs = zgate_check_fwd(&ho, &hz, &hout, &s);
+  char l[256];
+  zgate_check_stats_format(&s, l, sizeof l);
+  EXPECT(cs == 0 && s.failures == 0, "%s: fwd {%s} (check %d)", what, l, cs);
+  note(s, dt[2]);
+  for (int t = 0; t < 3; t++) buf_free(b[t]);
+}
+
+/* ---- the matrix ------------------------------------------------------------------------- */
+static void name_case(char *buf, size_t n, const char *tag, const int64_t s[4], const DLDataType dt[5],
+                      const Layout lay[5], bool inplace) {
+  snprintf(buf, n, "%s (%lld,%lld,%lld,%lld) %s/%s/%s->%s/%s layouts %s/%s/%s/%s/%s%s", tag,
+           (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3], dtn(dt[0]), dtn(dt[1]),
+           dtn(dt[2]), dtn(dt[3]), dtn(dt[4]), layout_name[lay[0]], layout_name[lay[1]],
+           layout_name[lay[2]], layout_name[lay[3]], layout_name[lay[4]], inplace ? " in-place" : "");
+}
+
+static void all_dtype_combos(void) {
+  const DLDataType ts[3] = {F32, F16, BF16};
+  const int64_t shape[4] = {2, 7, 3, 17};
+  const Layout dense[5] = {DENSE, DENSE, DENSE, DENSE, DENSE};
+  char name[256];
+  for (int c = 0; c < 243; c++) {
+    DLDataType dt[5];
+    int k = c;
+    for (int t = 0; t < 5; t++) { dt[t] = ts[k % 3]; k /= 3; }
+    name_case(name, sizeof name, "dtypes", shape, dt, dense, false);
+    bwd_case(name, shape, dt, dense, false);
+  }
+  for (int c = 0; c < 27; c++) {
+    DLDataType dt[3];
+    int k = c;
+    for (int t = 0; t < 3; t++) { dt[t] = ts[k % 3]; k /= 3; }
+    const int64_t s2[4] = {3, 5, 2, 40};
+    fwd_case("fwd dtypes", s2, dt, dense);
+  }
+}
+
+static void headdims_and_layouts(bool small) {
+  const DLDataType sets[5][5] = {
+      {BF16, BF16, BF16, BF16, BF16}, {F16, F16, F16, F16, F16}, {F32, F32, F32, F32, F32},
+      {BF16, BF16, BF16, F32, F32},   {F16, F32, BF16, BF16, F16}};
+  const int64_t heads[7] = {1, 3, 17, 64, 80, 96, 128};
+  /* per case: which tensor gets the layout (-1: all five) */
+  struct L { Layout lay; int who; } lays[8] = {{DENSE, -1}, {PROJ, 1}, {PERM, 1}, {PAD, -1},
+                                               {TRANS, 2}, {OFFSET, 0}, {PERM, 3}, {PROJ, 4}};
+  char name[256];
+  int nsets = small ? 2 : 5;
+  for (int si = 0; si < nsets; si++)
+    for (int hi = 0; hi < 7; hi++) {
+      if (small && heads[hi] != 3 && heads[hi] != 17 && heads[hi] != 80) continue;
+      for (int li = 0; li < 8; li++) {
+        if (small && li > 4) continue;
+        const int64_t shape[4] = {2, small ? 5 : 33, 3, heads[hi]};
+        Layout lay[5];
+        for (int t = 0; t < 5; t++) lay[t] = (lays[li].who < 0 || lays[li].who == t) ? lays[li].lay : DENSE;
+        name_case(name, sizeof name, "layout", shape, sets[si], lay, false);
+        bwd_case(name, shape, sets[si], lay, false);
+      }
+      /* in place: dout_scaled is dout, dense and as a padded view */
+      for (int li = 0; li < 2; li++) {
+        const int64_t shape[4] = {2, small ? 5 : 33, 3, heads[hi]};
+        Layout lay[5] = {li ? PAD : DENSE, PROJ, DENSE, DENSE, li ? PAD : DENSE};
+        DLDataType dt[5];
+        memcpy(dt, sets[si], sizeof dt);
+        dt[4] = dt[0];
+        name_case(name, sizeof name, "inplace", shape, dt, lay, true);
+        bwd_case(name, shape, dt, lay, true);
+      }
+    }
+}
+
+static void long_and_empty(void) {
+  char name[256];
+  const Layout dense[5] = {DENSE, DENSE, DENSE, DENSE, DENSE};
+  const Layout proj[5] = {DENSE, PROJ, DENSE, DENSE, DENSE};
+  const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16}, f32[5] = {F32, F32, F32, F32, F32};
+  const int64_t s1[4] = {1, 2345, 4, 64}, s2[4] = {2, 2345, 2, 80}, s3[4] = {3, 2345, 1, 96};
+  name_case(name, sizeof name, "seqlen", s1, bf, dense, false); bwd_case(name, s1, bf, dense, false);
+  name_case(name, sizeof name, "seqlen", s1, bf, proj, false); bwd_case(name, s1, bf, proj, false);
+  name_case(name, sizeof name, "seqlen", s2, f32, proj, false); bwd_case(name, s2, f32, proj, false);
+  name_case(name, sizeof name, "seqlen", s3, bf, proj, false); bwd_case(name, s3, bf, proj, false);
+  const int64_t empties[3][4] = {{0, 5, 3, 64}, {2, 0, 3, 64}, {2, 5, 3, 0}};
+  for (int k = 0; k < 3; k++) {
+    name_case(name, sizeof name, "size0", empties[k], bf, dense, false);
+    bwd_case(name, empties[k], bf, dense, false);
+  }
+}
+
+static void special_values(void) {
+  const double sv[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 88.0, -88.0, 87.5, -87.5,
+                       89.0, -89.0, 100.0, -100.0, 104.0, -104.0, 1000.0, -1000.0, -1.2785,
+                       -1.27846454, 1e-40, -1e-40, 65504.0, 1e30, -1e30, 3.0e38, -3.0e38};
+  const int ns = (int)(sizeof sv / sizeof sv[0]);
+  std::vector<double> dout, z, o;
+  for (int i = 0; i < ns; i++) /* every special z, with ordinary dout and o */
+    for (int r = 0; r < 3; r++) { dout.push_back(uni(-4, 4)); z.push_back(sv[i]); o.push_back(uni(-4, 4)); }
+  for (int i = 0; i < ns; i++) { /* special dout or o (not both, up to 1e30) with ordinary z */
+    if (fabs(sv[i]) > 1e31 && !isinf(sv[i])) continue;
+    for (int r = 0; r < 3; r++) {
+      dout.push_back(sv[i]); z.push_back(uni(-6, 6)); o.push_back(uni(-4, 4));
+      dout.push_back(uni(-4, 4)); z.push_back(uni(-6, 6)); o.push_back(sv[i]);
+    }
+  }
+  for (int i = 0; i < ns; i++) /* special pairs of z and dout */
+    for (int j = 0; j < ns; j++) {
+      if (fabs(sv[j]) > 1e31 && !isinf(sv[j])) continue;
+      dout.push_back(sv[j]); z.push_back(sv[i]); o.push_back(0.75);
+    }
+  Special sp = {dout.data(), z.data(), o.data(), (int64_t)z.size()};
+  const int64_t shape[4] = {1, 1, 1, (int64_t)z.size()};
+  const DLDataType sets[4][5] = {{F32, F32, F32, F32, F32}, {BF16, BF16, BF16, BF16, BF16},
+                                 {F16, F16, F16, F16, F16}, {F32, F32, F32, BF16, F16}};
+  char name[256];
+  for (int si = 0; si < 4; si++)
+    for (int vec = 0; vec < 2; vec++) { /* vector path, and the width-1 path (offset dout) */
+      Layout lay[5] = {vec ? DENSE : OFFSET, DENSE, DENSE, DENSE, DENSE};
+      name_case(name, sizeof name, "special", shape, sets[si], lay, false);
+      bwd_case(name, shape, sets[si], lay, false, &sp);
+    }
+}
+
+/* ---- streams, devices, threads ------------------------------------------------------- */
+static std::atomic<int> g_gate{0};
+static void CUDART_CB hold_stream(void *) {
+  while (g_gate.load() == 0) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void stream_is_used(void) {
+  /* Block a non-blocking stream with a host function, enqueue zgate on it, and check that
+   * the output is still poison until the stream is released. */
+  g_cases++;
+  const int64_t n = 1 << 20;
+  int64_t shape[4] = {1, 1, 1, n};
+  float *buf[5];
+  std::vector<float> h(n);
+  for (int64_t k = 0; k < n; k++) h[k] = (float)uni(-4, 4);
+  for (int t = 0; t < 5; t++) {
+    CK(cudaMalloc(&buf[t], n * 4));
+    if (t < 3) CK(cudaMemcpy(buf[t], h.data(), n * 4, cudaMemcpyHostToDevice));
+    else CK(cudaMemset(buf[t], 0xFF, n * 4));
+  }
+  cudaStream_t s, s2;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  g_gate = 0;
+  CK(cudaLaunchHostFunc(s, hold_stream, NULL));
+  DLTensor d[5];
+  for (int t = 0; t < 5; t++) {
+    memset(&d[t], 0, sizeof d[t]);
+    d[t].data = buf[t];
+    d[t].device = {kDLCUDA, g_dev};
+    d[t].ndim = 4;
+    d[t].dtype = F32;
+    d[t].shape = shape;
+  }
+  zgate_options opts;
+  zgate_options_init(&opts);
+  opts.cuda_stream = s;
+  int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], &opts);
+  EXPECT(st == ZGATE_OK, "stream: zgate_bwd %d (%s)", st, zgate_last_error());
+  uint32_t first = 0;
+  CK(cudaMemcpyAsync(&first, buf[3], 4, cudaMemcpyDeviceToHost, s2));
+  CK(cudaStreamSynchronize(s2));
+  EXPECT(first == 0xFFFFFFFFu, "stream: the output was written before its stream ran (0x%08x)", first);
+  g_gate = 1;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(&first, buf[3], 4, cudaMemcpyDeviceToHost));
+  EXPECT(first != 0xFFFFFFFFu, "stream: the output was not written after its stream ran");
+  CK(cudaStreamDestroy(s));
+  CK(cudaStreamDestroy(s2));
+  for (int t = 0; t < 5; t++) CK(cudaFree(buf[t]));
+  /* and a full checked case on a non-default stream */
+  cudaStream_t s3;
+  CK(cudaStreamCreate(&s3));
+  const int64_t sh[4] = {2, 65, 4, 64};
+  const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16};
+  const Layout lay[5] = {DENSE, PROJ, DENSE, DENSE, DENSE};
+  bwd_case("stream: checked case on a created stream", sh, bf, lay, false, nullptr, s3);
+  CK(cudaStreamDestroy(s3));
+}
+
+static void devices(int ndev) {
+  /* The device comes from the tensors, whatever is current, and the current device is
+   * restored. With one GPU: the current device stays; a missing device is a CUDA error. */
+  g_cases++;
+  for (int dev = 0; dev < ndev && dev < 2; dev++) {
+    int other = ndev > 1 ? 1 - dev : dev;
+    CK(cudaSetDevice(other));
+    g_dev = dev;
+    CK(cudaSetDevice(dev)); /* allocate on dev */
+    const int64_t sh[4] = {2, 33, 3, 80};
+    const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16};
+    const Layout lay[5] = {DENSE, PROJ, DENSE, DENSE, DENSE};
+    /* bwd_case allocates on the current device, so make dev current for the buffers, then
+     * switch away for the call itself through the stream-less API. */
+    Buf b[5];
+    for (int t = 0; t < 5; t++) { buf_layout(b[t], sh, bf[t], lay[t]); buf_alloc(b[t]); }
+    fill_random(b[0], 0); fill_random(b[1], 1); fill_random(b[2], 0);
+    for (int t = 0; t < 5; t++) buf_upload(b[t]);
+    CK(cudaSetDevice(other));
+    DLTensor d[5];
+    for (int t = 0; t < 5; t++) d[t] = dl_dev(b[t], dev);
+    int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL);
+    EXPECT(st == ZGATE_OK, "device %d from current %d: %d (%s)", dev, other, st, zgate_last_error());
+    int cur = -1;
+    CK(cudaGetDevice(&cur));
+    EXPECT(cur == other, "device: current device changed from %d to %d", other, cur);
+    CK(cudaSetDevice(dev));
+    CK(cudaDeviceSynchronize());
+    for (int t = 0; t < 5; t++) buf_download(b[t]);
+    DLTensor hin[3], hout[2];
+    for (int t = 0; t < 3; t++) hin[t] = dl_host(b[t], b[t].before);
+    hout[0] = dl_host(b[3], b[3].after);
+    hout[1] = dl_host(b[4], b[4].after);
+    zgate_check_stats a, c;
+    zgate_check_stats_init(&a);
+    zgate_check_stats_init(&c);
+    int cs = zgate_check_bwd(&hin[0], &hin[1], &hin[2], &hout[0], &hout[1], &a, &c);
+    EXPECT(cs == 0 && a.failures == 0 && c.failures == 0, "device %d: results wrong", dev);
+    for (int t = 0; t < 5; t++) buf_free(b[t]);
+    printf("device: tensors on GPU %d, current GPU %d: ok\n", dev, other);
+  }
+  g_dev = 0;
+  CK(cudaSetDevice(0));
+  /* a device that does not exist */
+  float *buf;
+  CK(cudaMalloc(&buf, 5 * 64 * 4));
+  int64_t shape[4] = {1, 1, 1, 64};
+  DLTensor d[5];
+  for (int t = 0; t < 5; t++) {
+    memset(&d[t], 0, sizeof d[t]);
+    d[t].data = buf + 64 * t;
+    d[t].device = {kDLCUDA, ndev};
+    d[t].ndim = 4;
+    d[t].dtype = F32;
+    d[t].shape = shape;
+  }
+  int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL);
+  EXPECT(st == ZGATE_ERR_CUDA, "device %d (absent): status %d, want ZGATE_ERR_CUDA", ndev, st);
+  printf("device: absent GPU %d -> status %d: %s\n", ndev, st, zgate_last_error());
+  int cur = -1;
+  CK(cudaGetDevice(&cur));
+  EXPECT(cur == 0, "device: current device changed to %d after a failed call", cur);
+  /* mixed CPU and CUDA tensors */
+  float host[64];
+  d[1].data = host;
+  d[1].device = {kDLCPU, 0};
+  for (int t = 0; t < 5; t++) if (t != 1) d[t].device = {kDLCUDA, 0};
+  st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL);
+  EXPECT(st == ZGATE_ERR_DEVICE_MISMATCH, "mixed CPU/CUDA tensors: status %d", st);
+  CK(cudaFree(buf));
+  (void)cudaGetLastError();
+}
+
+static void threads(void) {
+  /* Two host threads calling at once, each with its own stream (the per-thread error text
+   * and the cached device attributes must hold up). */
+  g_cases++;
+  int fails_before = g_failures;
+  std::thread th[2];
+  uint64_t base = rnd();
+  for (int k = 0; k < 2; k++)
+    th[k] = std::thread([k, base] {
+      g_rng = base + 1000003u * (uint64_t)(k + 1);
+      CK(cudaSetDevice(0));
+      cudaStream_t s;
+      CK(cudaStreamCreate(&s));
+      for (int rep = 0; rep < 4; rep++) {
+        const int64_t sh[4] = {1, 129, 2, k ? 96 : 64};
+        const DLDataType dt[5] = {BF16, k ? F32 : BF16, BF16, BF16, BF16};
+        const Layout lay[5] = {DENSE, PROJ, DENSE, DENSE, DENSE};
+        bwd_case("threads", sh, dt, lay, false, nullptr, s);
+      }
+      CK(cudaStreamDestroy(s));
+    });
+  for (auto &t : th) t.join();
+  printf("threads: two host threads, %s\n", g_failures.load() == fails_before ? "ok" : "FAILED");
+}
+
+/* ---- more than 2^31 elements, checked on slices --------------------------------------- */
+__global__ void fill_bf16(uint16_t *p, int64_t n, int64_t stride, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    float u = lo + (hi - lo) * (float)(z >> 40) * 0x1p-24f;
+    p[i * stride] = __bfloat16_as_ushort(__float2bfloat16_rn(u));
+  }
+}
+
+static void dfill(uint16_t *p, int64_t n, int64_t stride, float lo, float hi) {
+  fill_bf16<<<4096, 256>>>(p, n, stride, rnd(), lo, hi);
+  CK(cudaGetLastError());
+}
+
+/* Check elements [c0, c0+n) of row `row` (rows of `rowlen` contiguous elements in dout, o, dz;
+ * z has its own row stride and element stride). dout_before holds dout's slice before an
+ * in-place call (NULL: read dout now). */
+static void check_slice(const char *what, uint16_t *dout, uint16_t *z, uint16_t *o, uint16_t *dz,
+                        uint16_t *dos, int64_t rowlen, int64_t zrow, int64_t zstep, int64_t row,
+                        int64_t c0, int64_t n, const std::vector<uint16_t> *dout_before) {
+  std::vector<uint16_t> hd(n), hz((size_t)((n - 1) * zstep + 1)), ho(n), hdz(n), hdos(n);
+  int64_t base = row * rowlen + c0;
+  if (dout_before) hd = *dout_before;
+  else CK(cudaMemcpy(hd.data(), dout + base, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hz.data(), z + row * zrow + c0 * zstep, hz.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(ho.data(), o + base, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hdz.data(), dz + base, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hdos.data(), dos + base, n * 2, cudaMemcpyDeviceToHost));
+  int64_t shape[4] = {1, 1, 1, n}, zst[4] = {n * zstep, n * zstep, n * zstep, zstep};
+  auto mk = [&](void *data, int64_t *strides) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data; t.device = {kDLCPU, 0}; t.ndim = 4; t.dtype = BF16; t.shape = shape; t.strides = strides;
+    return t;
+  };
+  DLTensor a = mk(hd.data(), NULL), b = mk(hz.data(), zst), c = mk(ho.data(), NULL),
+           e = mk(hdz.data(), NULL), f = mk(hdos.data(), NULL);
+  zgate_check_stats s1, s2;
+  zgate_check_stats_init(&s1);
+  zgate_check_stats_init(&s2);
+  int cs = zgate_check_bwd(&a, &b, &c, &e, &f, &s1, &s2);
+  char l1[256], l2[256];
+  zgate_check_stats_format(&s1, l1, sizeof l1);
+  zgate_check_stats_format(&s2, l2, sizeof l2);
+  EXPECT(cs == 0 && s1.failures == 0 && s2.failures == 0, "%s row %lld cols [%lld, +%lld): dz {%s} dos {%s}",
+         what, (long long)row, (long long)c0, (long long)n, l1, l2);
+  printf("  %s row %lld cols [%lld, +%lld): dz {%s}\n", what, (long long)row, (long long)c0, (long long)n, l1);
+  note(s1, BF16);
+  note(s2, BF16);
+}
+
+static bool guard_intact(uint16_t *end) {
+  unsigned char g[4096];
+  CK(cudaMemcpy(g, end, sizeof g, cudaMemcpyDeviceToHost));
+  for (unsigned char c : g) if (c != 0xFF) return false;
+  return true;
+}
+
+static void big(void) {
+  size_t free_b = 0, total_b = 0;
+  CK(cudaMemGetInfo(&free_b, &total_b));
+  /* 1: (17, 16384, 128, 64) bf16, dense: 2.28e9 elements, 22.8 GB for the five tensors. */
+  {
+    const int64_t shape[4] = {17, 16384, 128, 64};
+    const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    size_t bytes = (size_t)n * 2 + 4096;
+    if (free_b < 5 * bytes + (1ull << 30)) {
+      printf("SKIP big dense: needs %.1f GB, %.1f GB free\n", 5.0 * bytes / 1e9, free_b / 1e9);
+    } else {
+      g_cases++;
+      uint16_t *t[5];
+      for (int k = 0; k < 5; k++) CK(cudaMalloc(&t[k], bytes));
+      dfill(t[0], n, 1, -4, 4); dfill(t[1], n, 1, -20, 20); dfill(t[2], n, 1, -4, 4);
+      CK(cudaMemset(t[3], 0xFF, bytes));
+      CK(cudaMemset(t[4], 0xFF, bytes));
+      CK(cudaDeviceSynchronize());
+      DLTensor d[5];
+      for (int k = 0; k < 5; k++) {
+        memset(&d[k], 0, sizeof d[k]);
+        d[k].data = t[k]; d[k].device = {kDLCUDA, 0}; d[k].ndim = 4; d[k].dtype = BF16;
+        d[k].shape = (int64_t *)shape;
+      }
+      cudaEvent_t e0, e1;
+      CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+      CK(cudaEventRecord(e0));
+      int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL);
+      CK(cudaEventRecord(e1));
+      CK(cudaDeviceSynchronize());
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      EXPECT(st == ZGATE_OK, "big dense: %d (%s)", st, zgate_last_error());
+      printf("big dense (17,16384,128,64) bf16: %lld elements, %.2f ms, %.0f GB/s\n", (long long)n, ms,
+             5.0 * n * 2 / (ms * 1e-3) / 1e9);
+      const int64_t m = 1 << 20, two31 = 1ll << 31;
+      int64_t starts[4] = {0, two31 - m / 2, n / 2 + 12345, n - m};
+      for (int64_t c0 : starts)
+        check_slice("big dense", t[0], t[1], t[2], t[3], t[4], 0, 0, 1, 0, c0, m, nullptr);
+      EXPECT(guard_intact(t[3] + n) && guard_intact(t[4] + n), "big dense: guard after an output changed");
+      for (int k = 0; k < 5; k++) CK(cudaFree(t[k]));
+    }
+  }
+  CK(cudaMemGetInfo(&free_b, &total_b));
+  /* 2: 2^32 + 10 work items on the width-1 path (z with element stride 2 and a padded row
+   * stride), 64-bit division of item indices; in place. Shape (1, 2, 1, 2^31 + 5). */
+  {
+    const int64_t M = (1ll << 31) + 5;
+    const int64_t shape[4] = {1, 2, 1, M};
+    const int64_t zrow = 2 * M + 2;
+    int64_t dst[4] = {2 * M, M, M, 1}, zst[4] = {2 * zrow, zrow, zrow, 2};
+    size_t dbytes = (size_t)(2 * M) * 2 + 4096, zbytes = (size_t)(2 * zrow) * 2 + 4096;
+    if (free_b < 3 * dbytes + zbytes + (1ull << 30)) {
+      printf("SKIP big wide: needs %.1f GB, %.1f GB free\n", (3.0 * dbytes + zbytes) / 1e9, free_b / 1e9);
+    } else {
+      g_cases++;
+      uint16_t *dout, *z, *o, *dz;
+      CK(cudaMalloc(&dout, dbytes)); CK(cudaMalloc(&z, zbytes)); CK(cudaMalloc(&o, dbytes)); CK(cudaMalloc(&dz, dbytes));
+      dfill(dout, 2 * M, 1, -4, 4); dfill(o, 2 * M, 1, -4, 4);
+      dfill(z, M, 2, -20, 20); dfill(z + zrow, M, 2, -20, 20);
+      CK(cudaMemset(dz, 0xFF, dbytes));
+      CK(cudaMemset((char *)dout + 2 * M * 2, 0xFF, 4096));
+      const int64_t w = 1 << 16;
+      int64_t c_item = (1ll << 32) - M; /* column of item 2^32 in row 1 */
+      struct Sl { int64_t row, c0; } sl[3] = {{0, 0}, {1, c_item - w / 2}, {1, M - w}};
+      std::vector<uint16_t> before[3];
+      for (int k = 0; k < 3; k++) {
+        before[k].resize(w);
+        CK(cudaMemcpy(before[k].data(), dout + sl[k].row * M + sl[k].c0, w * 2, cudaMemcpyDeviceToHost));
+      }
+      CK(cudaDeviceSynchronize());
+      DLTensor d[5];
+      for (int k = 0; k < 5; k++) {
+        memset(&d[k], 0, sizeof d[k]);
+        d[k].device = {kDLCUDA, 0}; d[k].ndim = 4; d[k].dtype = BF16; d[k].shape = (int64_t *)shape;
+        d[k].strides = k == 1 ? zst : dst;
+      }
+      d[0].data = dout; d[1].data = z; d[2].data = o; d[3].data = dz; d[4].data = dout;
+      int st = zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL);
+      CK(cudaDeviceSynchronize());
+      EXPECT(st == ZGATE_OK, "big wide: %d (%s)", st, zgate_last_error());
+      printf("big wide (1,2,1,2^31+5) bf16, z strided: %lld work items\n", (long long)(2 * M));
+      for (int k = 0; k < 3; k++)
+        check_slice("big wide", dout, z, o, dz, dout, M, zrow, 2, sl[k].row, sl[k].c0, w, &before[k]);
+      EXPECT(guard_intact(dz + 2 * M) && guard_intact(dout + 2 * M), "big wide: guard after an output changed");
+      CK(cudaFree(dout)); CK(cudaFree(z)); CK(cudaFree(o)); CK(cudaFree(dz));
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  bool small = argc > 1 && !strcmp(argv[1], "--small");
+  bool bigrun = argc > 1 && !strcmp(argv[1], "--big");
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev == 0) {
+    printf("SKIP: no CUDA device here (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return SKIP;
+  }
+  if (!zgate_cuda_built()) {
+    printf("SKIP: libzgate was built without CUDA\n");
+    return SKIP;
+  }
+  const char *seed_env = getenv("ZGATE_TEST_SEED");
+  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+  g_rng = seed;
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("seed=%llu device=%s (%d SMs), %d GPU(s), %s\n", (unsigned long long)seed, prop.name,
+         prop.multiProcessorCount, ndev, zgate_build_info());
+  if (bigrun) {
+    big();
+  } else if (small) {
+    headdims_and_layouts(true);
+    const int64_t s[4] = {1, 1, 1, 37};
+    const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16};
+    const Layout dense[5] = {DENSE, DENSE, DENSE, DENSE, DENSE};
+    bwd_case("small tail", s, bf, dense, false);
+  } else {
+    all_dtype_combos();
+    headdims_and_layouts(false);
+    long_and_empty();
+    special_values();
+    stream_is_used();
+    devices(ndev);
+    threads();
+  }
+  printf("worst error: f32 %.2f ulp of scale, f16 %.2f ulp, bf16 %.2f ulp; worst bound ratio %.3f\n",
+         g_worst.units[0], g_worst.units[1], g_worst.units[2], g_worst.ratio);
+  printf("%d cases, %d failures\n", g_cases.load(), g_failures.load());
+  return g_failures.load() ? 1 : 0;
+}
