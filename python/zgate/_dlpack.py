@@ -1,0 +1,120 @@
+"""DLPack 0.6 structures mirrored in ctypes, and the consumer side of the capsule protocol.
+
+A producer's ``__dlpack__()`` returns a PyCapsule named "dltensor" holding a DLManagedTensor*.
+A consumer that keeps the tensor renames the capsule "used_dltensor" (so the capsule's own
+destructor no longer frees it) and calls the tensor's deleter once it is done. We consume
+that way so the producer's memory is released as soon as the C call returns, not whenever the
+capsule happens to be collected.
+"""
+import ctypes
+
+# DLDeviceType values used here.
+KDL_CPU = 1
+KDL_CUDA = 2
+KDL_CUDA_HOST = 3
+KDL_CUDA_MANAGED = 13
+
+# DLDataTypeCode values.
+KDL_INT = 0
+KDL_UINT = 1
+KDL_FLOAT = 2
+KDL_BFLOAT = 4
+KDL_COMPLEX = 5
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+# The deleter may run Python code (NumPy's does Py_DECREF): call it holding the GIL.
+DLDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", DLDeleter),
+]
+
+assert ctypes.sizeof(DLTensor) == 48 and ctypes.sizeof(DLManagedTensor) == 64
+
+_capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get_pointer.restype = ctypes.c_void_p
+_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
+_capsule_set_name.restype = ctypes.c_int
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.restype = ctypes.c_int
+_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# PyCapsule_SetName keeps the pointer, not a copy: the name must live as long as any capsule.
+_USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
+
+
+class Borrowed:
+    """A DLManagedTensor taken from a capsule; ``release()`` calls its deleter exactly once."""
+
+    __slots__ = ("ptr", "tensor", "_managed")
+
+    def __init__(self, capsule):
+        if _capsule_is_valid(capsule, b"dltensor") != 1:
+            if _capsule_is_valid(capsule, b"used_dltensor") == 1:
+                raise ValueError("this DLPack capsule was already consumed")
+            if _capsule_is_valid(capsule, b"dltensor_versioned") == 1:
+                raise ValueError("versioned DLPack capsules (DLPack 1.x) are not supported")
+            raise ValueError("__dlpack__() did not return a DLPack capsule")
+        self.ptr = _capsule_get_pointer(capsule, b"dltensor")
+        if _capsule_set_name(capsule, ctypes.addressof(_USED_NAME)) != 0:
+            raise ValueError("could not mark the DLPack capsule as consumed")
+        self._managed = DLManagedTensor.from_address(self.ptr)
+        self.tensor = self._managed.dl_tensor
+
+    def release(self):
+        managed, self._managed = self._managed, None
+        if managed is not None and managed.deleter:
+            managed.deleter(self.ptr)
+
+    def __del__(self):
+        # A safety net only: the normal path calls release() right after the C call.
+        try:
+            self.release()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+def describe(t):
+    """(data, device_type, device_id, code, bits, lanes, shape, strides) of a DLTensor.
+
+    data includes byte_offset; strides are in elements (computed compact when NULL)."""
+    ndim = t.ndim
+    shape = tuple(t.shape[i] for i in range(ndim)) if ndim > 0 else ()
+    if t.strides:
+        strides = tuple(t.strides[i] for i in range(ndim))
+    else:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= max(n, 1)
+        strides = tuple(reversed(strides))
+    data = (t.data or 0) + t.byte_offset
+    return (data, t.device.device_type, t.device.device_id, t.dtype.code, t.dtype.bits,
+            t.dtype.lanes, shape, strides)

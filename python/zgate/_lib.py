@@ -1,0 +1,136 @@
+"""Finding and loading libzgate, its ctypes prototypes, status codes and zgate.Error."""
+import ctypes
+import enum
+import os
+import sys
+import threading
+
+
+class Status(enum.IntEnum):
+    """zgate_status codes, mirrored from include/zgate.h (values are stable)."""
+
+    OK = 0
+    ERR_NULL_ARGUMENT = 1
+    ERR_NULL_DATA = 2
+    ERR_NDIM = 3
+    ERR_NEGATIVE_SIZE = 4
+    ERR_SHAPE_MISMATCH = 5
+    ERR_NEGATIVE_STRIDE = 6
+    ERR_OUTPUT_SELF_OVERLAP = 7
+    ERR_DTYPE = 8
+    ERR_LANES = 9
+    ERR_OVERFLOW = 10
+    ERR_MISALIGNED = 11
+    ERR_ALIAS = 12
+    ERR_INPLACE_MISMATCH = 13
+    ERR_DEVICE_MISMATCH = 14
+    ERR_DEVICE_UNSUPPORTED = 15
+    ERR_NO_CUDA = 16
+    ERR_CUDA = 17
+    ERR_OPTIONS = 18
+    ERR_ISA_UNAVAILABLE = 19
+    ERR_INTERNAL = 20
+
+
+class Error(ValueError):
+    """A zgate call failed. ``status`` is the C status code (a Status, or None for errors found
+    in Python before reaching the library), ``status_name`` its C name (e.g.
+    "ZGATE_ERR_SHAPE_MISMATCH") and ``message`` the library's message for this call."""
+
+    def __init__(self, status, message):
+        try:
+            status = Status(status) if status is not None else None
+        except ValueError:
+            pass
+        self.status = status
+        self.status_name = ("ZGATE_" + status.name) if isinstance(status, Status) else (
+            "unknown status %r" % (status,) if status is not None else "ZGATE_PYTHON")
+        self.message = message
+        code = "" if status is None else " (%d)" % int(status)
+        super().__init__("%s%s: %s" % (self.status_name, code, message))
+
+
+def _candidates():
+    """Where the library is looked for, in order."""
+    env = os.environ.get("ZGATE_LIBRARY")
+    if env:
+        # An explicit choice wins over the copy installed with the package.
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.platform == "darwin":
+        names = ["libzgate.dylib"]
+    elif sys.platform == "win32":
+        names = ["zgate.dll", "libzgate.dll"]
+    else:
+        names = ["libzgate.so"]
+    for n in names:
+        yield os.path.join(here, n)
+
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _declare(lib):
+    vp, i, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    protos = {
+        "zgate_status_str": (cp, [i]),
+        "zgate_last_error": (cp, []),
+        "zgate_options_init": (None, [vp]),
+        # Pointers are passed as plain ints: cheaper than building ctypes pointer objects.
+        "zgate_bwd": (i, [vp, vp, vp, vp, vp, vp]),
+        "zgate_fwd": (i, [vp, vp, vp, vp]),
+        "zgate_bwd_reference": (i, [vp, vp, vp, vp, vp]),
+        "zgate_fwd_reference": (i, [vp, vp, vp]),
+        "zgate_version": (cp, []),
+        "zgate_cpu_isas_built": (cp, []),
+        "zgate_cpu_isa_chosen": (cp, []),
+        "zgate_cpu_isa_available": (i, [cp]),
+        "zgate_cuda_built": (i, []),
+        "zgate_build_info": (cp, []),
+    }
+    for name, (res, args) in protos.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+
+
+def load():
+    """The loaded library (loaded once per process)."""
+    global _lib, _path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            if not os.path.exists(path):
+                tried.append("%s (missing)" % path)
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                _declare(lib)
+            except (OSError, AttributeError) as e:
+                tried.append("%s (%s)" % (path, e))
+                continue
+            _path = path
+            _lib = lib
+            return lib
+        raise Error(None, "libzgate not found; install the package with `pip install .` from the "
+                    "repository, or point ZGATE_LIBRARY at a built libzgate. Tried: "
+                    + "; ".join(tried))
+
+
+def path():
+    load()
+    return _path
+
+
+def fail(status):
+    """The zgate.Error for a nonzero status of the calling thread's last call."""
+    lib = _lib
+    what = lib.zgate_status_str(status).decode("utf-8", "replace")
+    detail = lib.zgate_last_error().decode("utf-8", "replace")
+    return Error(status, "%s: %s" % (what, detail) if detail else what)

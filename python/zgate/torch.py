@@ -1,0 +1,123 @@
+"""PyTorch integration: custom ops, a differentiable silu_gate and a drop-in compute_dzdo.
+
+    torch.ops.zgate.fwd(o, z) -> out                 out = o * silu(z), dtype of o
+    torch.ops.zgate.bwd(dout, z, o) -> (dz, dout_scaled)   dtype of dout
+
+Both are registered with torch.library.custom_op and have fake (meta) implementations, so
+torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks.
+Outputs are new compact tensors on the inputs' device; CUDA work runs on the current stream.
+"""
+from typing import Tuple
+
+import torch
+
+from . import _core
+from ._lib import Error
+
+__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd"]
+
+
+def _check_same_shape(names, tensors):
+    first = tensors[0]
+    for n, t in zip(names[1:], tensors[1:]):
+        torch._check(t.shape == first.shape,
+                     lambda: "zgate: %s has shape %s but %s has %s"
+                     % (n, tuple(t.shape), names[0], tuple(first.shape)))
+
+
+@torch.library.custom_op("zgate::bwd", mutates_args=())
+def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
+    return _core.bwd(dout, z, o)
+
+
+@bwd.register_fake
+def _bwd_fake(dout, z, o):
+    _check_same_shape(("dout", "z", "o"), (dout, z, o))
+    return (torch.empty_like(dout, memory_format=torch.contiguous_format),
+            torch.empty_like(dout, memory_format=torch.contiguous_format))
+
+
+@torch.library.custom_op("zgate::fwd", mutates_args=())
+def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """out = o * z * sigmoid(z), a new tensor with o's dtype."""
+    return _core.fwd(o, z)
+
+
+@fwd.register_fake
+def _fwd_fake(o, z):
+    _check_same_shape(("o", "z"), (o, z))
+    return torch.empty_like(o, memory_format=torch.contiguous_format)
+
+
+def _fwd_setup(ctx, inputs, output):
+    o, z = inputs
+    ctx.save_for_backward(o, z)
+
+
+def _fwd_backward(ctx, grad_out):
+    o, z = ctx.saved_tensors
+    dz, dos = torch.ops.zgate.bwd(grad_out, z, o)
+    # d out / d o = silu(z), so dL/do is dout_scaled; dL/dz is dz. Each in its input's dtype.
+    grad_o = dos if dos.dtype == o.dtype else dos.to(o.dtype)
+    grad_z = dz if dz.dtype == z.dtype else dz.to(z.dtype)
+    return grad_o, grad_z
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+
+
+def _as4(t):
+    return t if t.dim() <= 4 else t.reshape((-1,) + tuple(t.shape[-3:]))
+
+
+def silu_gate(o, z):
+    """out = o * silu(z) = o * z * sigmoid(z), differentiable in o and z.
+
+    Any shape with up to 4 dimensions (more are flattened into the first); o and z have the
+    same shape; the result has o's dtype. Its backward is zgate_bwd."""
+    if o.dim() > 4:
+        return torch.ops.zgate.fwd(_as4(o), _as4(z)).reshape(o.shape)
+    return torch.ops.zgate.fwd(o, z)
+
+
+def compute_dzdo(do, z, o, chunk_size=64):
+    """Drop-in for Mamba-3's compute_dzdo (mamba3_siso_bwd): returns (dz, do_scaled).
+
+    dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z); both
+    new compact tensors of do's dtype and shape (batch, seqlen, nheads, headdim). z (and do,
+    o) may be strided views: no copy is made. Works on CPU and CUDA tensors. chunk_size is
+    accepted for signature compatibility and ignored (no tiling to tune)."""
+    if do.dim() != 4:
+        raise Error(5, "compute_dzdo takes (batch, seqlen, nheads, headdim) tensors; do has "
+                    "shape %s" % (tuple(do.shape),))
+    if torch.compiler.is_compiling():
+        # Detached, as in eager mode: these results carry no autograd history.
+        return torch.ops.zgate.bwd(do.detach(), z.detach(), o.detach())
+    return _core.bwd(do, z, o)
+
+
+# --- torch.compile paths of zgate.bwd / zgate.fwd (functional op + copies) ------------------
+# In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
+# history; traced, they do the same (detached inputs). Use silu_gate for gradients.
+
+def _bwd_traced(dout, z, o, dz, dout_scaled, inplace):
+    r_dz, r_dos = torch.ops.zgate.bwd(dout.detach(), z.detach(), o.detach())
+    if inplace:
+        dout.copy_(r_dos)
+        r_dos = dout
+    elif dout_scaled is not None:
+        dout_scaled.copy_(r_dos)
+        r_dos = dout_scaled
+    if dz is not None:
+        dz.copy_(r_dz)
+        r_dz = dz
+    return r_dz, r_dos
+
+
+def _fwd_traced(o, z, out):
+    r = torch.ops.zgate.fwd(o.detach(), z.detach())
+    if out is not None:
+        out.copy_(r)
+        return out
+    return r
