@@ -1,0 +1,415 @@
+/* zgate_cpu_bench: the CPU benchmark (a program, not a test).
+ *
+ * For each dtype (float32 and bfloat16 by default), on dense tensors of >= 64M elements:
+ *   - GB/s of zgate_bwd through the public API, counted as 3 reads + 2 writes of the
+ *     tensors (zgate_fwd: 2 + 1), with all threads and with one thread;
+ *   - the ceiling measured in the same run: a streaming kernel that reads the three input
+ *     buffers and writes the two output buffers with non-temporal stores (OpenMP, all
+ *     threads; also one thread), the same bytes as the operator;
+ *   - the plain scalar loop (plain_loop.c, -O2, no -march, one thread);
+ *   - the same zgate call with Z as a view into an input projection (strides
+ *     (L*d_in_proj, d_in_proj, D, 1)), the strided path of the real model.
+ * Every figure is the median of --repeats timed calls after one warm-up call, with the
+ * min..max spread: the machine may be shared, so read the spread before the median.
+ *
+ *   zgate_cpu_bench [--n N] [--threads T] [--repeats R] [--isa NAME] [--dtype f32,bf16,f16]
+ *                   [--op bwd,fwd] [--layout dense,proj] [--d-in-proj P] [--no-plain]
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define BENCH_SSE2 1
+#endif
+
+#include <zgate.h>
+
+#include "plain_loop.h"
+
+/* ---- options -------------------------------------------------------------------------- */
+
+typedef struct bench_opts {
+  int64_t n;          /* elements per tensor (rounded down to a multiple of H*D) */
+  int threads;        /* "all threads" count; 0 = OpenMP default */
+  int repeats;
+  const char *isa;    /* NULL = zgate's choice */
+  const char *dtypes; /* comma list */
+  const char *ops;
+  const char *layouts;
+  int64_t d_in_proj;
+  int plain;
+} bench_opts;
+
+static int has_word(const char *list, const char *w) {
+  size_t n = strlen(w);
+  for (const char *p = list; (p = strstr(p, w)) != NULL; p += n)
+    if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+  return 0;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: zgate_cpu_bench [--n N] [--threads T] [--repeats R] [--isa scalar|avx2|avx512|neon]\n"
+          "                       [--dtype f32,bf16,f16] [--op bwd,fwd] [--layout dense,proj]\n"
+          "                       [--d-in-proj P] [--no-plain]\n"
+          "defaults: --n 67108864 --repeats 9 --dtype f32,bf16 --op bwd,fwd --layout dense,proj\n"
+          "          --d-in-proj 4352 (Z rows of H*D = 2048 contiguous elements, then a jump)\n");
+}
+
+static int parse_i64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || v < 0) return 0;
+  *out = v;
+  return 1;
+}
+
+/* ---- time, buffers -------------------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xalloc(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 64) != 0) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+    exit(2);
+  }
+  return p;
+}
+
+static int nthreads_of(int t) {
+#ifdef _OPENMP
+  return t > 0 ? t : omp_get_max_threads();
+#else
+  (void)t;
+  return 1;
+#endif
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* Deterministic values of the realistic range (no NaN, no subnormals), written by the
+ * threads that will use them (first touch places pages). `which` picks the tensor. */
+static void fill(void *buf, int dtype_bits, int is_bf16, int64_t n, int which, int threads) {
+  const float span = which == 1 ? 8.0f : 2.0f; /* z in [-8, 8], others in [-2, 2] */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(which + 1) * 0xD1B54A32D192ED03ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    float v = span * ((float)(h >> 40) * 0x1p-24f * 2.0f - 1.0f);
+    if (dtype_bits == 32)
+      ((float *)buf)[i] = v;
+    else if (is_bf16)
+      ((uint16_t *)buf)[i] = f32_to_bf16(v);
+    else
+      ((uint16_t *)buf)[i] = 0x3c00; /* float16 1.0; float16 values only matter for speed */
+  }
+}
+
+/* ---- the ceiling: 3 (or 2) reads, 2 (or 1) non-temporal writes, no math ---------------- */
+
+static void ceiling(const void *a, const void *b, const void *c, void *d, void *e, size_t bytes,
+                    int threads) {
+#ifdef BENCH_SSE2
+  const __m128i *pa = a, *pb = b, *pc = c;
+  __m128i *pd = d, *pe = e;
+  const int64_t n = (int64_t)(bytes / 16);
+  if (c) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
+#endif
+    for (int64_t i = 0; i < n; i++) {
+      __m128i x = _mm_load_si128(pa + i), y = _mm_load_si128(pb + i), z = _mm_load_si128(pc + i);
+      _mm_stream_si128(pd + i, _mm_xor_si128(x, y));
+      _mm_stream_si128(pe + i, _mm_xor_si128(y, z));
+    }
+  } else {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
+#endif
+    for (int64_t i = 0; i < n; i++)
+      _mm_stream_si128(pd + i, _mm_xor_si128(_mm_load_si128(pa + i), _mm_load_si128(pb + i)));
+  }
+  _mm_sfence();
+#else
+  /* no portable non-temporal store in C: plain stores (the ceiling is then lower) */
+  const uint64_t *pa = a, *pb = b, *pc = c;
+  uint64_t *pd = d, *pe = e;
+  const int64_t n = (int64_t)(bytes / 8);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    pd[i] = pa[i] ^ pb[i];
+    if (pc) pe[i] = pb[i] ^ pc[i];
+  }
+#endif
+}
+
+/* ---- statistics ----------------------------------------------------------------------- */
+
+typedef struct stat3 {
+  double med, min, max; /* GB/s */
+} stat3;
+
+static int cmp_d(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static stat3 summarize(double *gbs, int r) {
+  qsort(gbs, (size_t)r, sizeof *gbs, cmp_d);
+  stat3 s = {r % 2 ? gbs[r / 2] : 0.5 * (gbs[r / 2 - 1] + gbs[r / 2]), gbs[0], gbs[r - 1]};
+  return s;
+}
+
+/* ---- one configuration ------------------------------------------------------------------ */
+
+enum { K_CEIL, K_ZGATE, K_PLAIN };
+
+typedef struct bench_case {
+  int op_bwd;     /* 1 = bwd (3 in, 2 out), 0 = fwd (2 in, 1 out) */
+  int bits, bf16; /* 32/0 float32, 16/1 bfloat16, 16/0 float16 */
+  int proj;       /* Z as a view into the input projection */
+  int64_t shape[4];
+  int64_t n;
+  void *buf[5];   /* bwd: dout z o dz dos; fwd: o z out */
+  void *zproj;    /* the projection buffer Z views, when proj */
+  int64_t d_in_proj;
+} bench_case;
+
+static void make_tensor(DLTensor *t, void *data, const bench_case *c, int64_t *strides) {
+  memset(t, 0, sizeof *t);
+  t->data = data;
+  t->device.device_type = kDLCPU;
+  t->ndim = 4;
+  t->dtype.code = c->bits == 32 ? kDLFloat : (c->bf16 ? kDLBfloat : kDLFloat);
+  t->dtype.bits = (uint8_t)c->bits;
+  t->dtype.lanes = 1;
+  t->shape = (int64_t *)c->shape;
+  t->strides = strides;
+}
+
+static int run_zgate(const bench_case *c, int threads, const char *isa) {
+  DLTensor t[5];
+  int64_t zstr[4] = {c->shape[1] * c->d_in_proj, c->d_in_proj, c->shape[3], 1};
+  int nt = c->op_bwd ? 5 : 3, zi = 1; /* Z is slot 1 in both signatures */
+  for (int i = 0; i < nt; i++)
+    make_tensor(&t[i], i == zi && c->proj ? c->zproj : c->buf[i], c, i == zi && c->proj ? zstr : NULL);
+  zgate_options o;
+  zgate_options_init(&o);
+  o.num_threads = threads;
+  o.cpu_isa = isa;
+  int st = c->op_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &o)
+                     : zgate_fwd(&t[0], &t[1], &t[2], &o);
+  if (st != ZGATE_OK) {
+    fprintf(stderr, "zgate failed: %s (%s)\n", zgate_status_str(st), zgate_last_error());
+    exit(3);
+  }
+  return st;
+}
+
+static void run_plain(const bench_case *c) {
+  void *const *b = c->buf;
+  if (c->op_bwd) {
+    if (c->bits == 32)
+      plain_bwd_f32(b[0], b[1], b[2], b[3], b[4], c->n);
+    else
+      plain_bwd_bf16(b[0], b[1], b[2], b[3], b[4], c->n);
+  } else {
+    if (c->bits == 32)
+      plain_fwd_f32(b[0], b[1], b[2], c->n);
+    else
+      plain_fwd_bf16(b[0], b[1], b[2], c->n);
+  }
+}
+
+static stat3 measure(int kind, const bench_case *c, int threads, const char *isa, int repeats) {
+  const double bytes = (double)(c->op_bwd ? 5 : 3) * (double)c->n * (c->bits / 8);
+  double *gbs = malloc(sizeof(double) * (size_t)repeats);
+  for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
+    double t0 = now_s();
+    if (kind == K_CEIL) {
+      size_t nb = (size_t)c->n * (size_t)(c->bits / 8);
+      if (c->op_bwd)
+        ceiling(c->buf[0], c->buf[1], c->buf[2], c->buf[3], c->buf[4], nb, threads);
+      else
+        ceiling(c->buf[0], c->buf[1], NULL, c->buf[2], NULL, nb, threads);
+    } else if (kind == K_ZGATE) {
+      run_zgate(c, threads, isa);
+    } else {
+      run_plain(c);
+    }
+    double t = now_s() - t0;
+    if (r >= 0) gbs[r] = bytes / t * 1e-9;
+  }
+  stat3 s = summarize(gbs, repeats);
+  free(gbs);
+  return s;
+}
+
+static void print_row(const char *what, stat3 s, const char *extra) {
+  printf("  %-34s %7.2f GB/s  [%6.2f .. %6.2f]  %s\n", what, s.med, s.min, s.max, extra ? extra : "");
+}
+
+static void bench_one(const bench_opts *bo, bench_case *c) {
+  const int all = nthreads_of(bo->threads);
+  const double mb = (double)(c->op_bwd ? 5 : 3) * (double)c->n * (c->bits / 8) / 1e6;
+  printf("\n%s %s, %s, shape (%lld, %lld, %lld, %lld) = %lld elements, %.0f MB moved per call\n",
+         c->bits == 32 ? "float32" : (c->bf16 ? "bfloat16" : "float16"), c->op_bwd ? "bwd" : "fwd",
+         c->proj ? "Z as input-projection view" : "dense",
+         (long long)c->shape[0], (long long)c->shape[1], (long long)c->shape[2],
+         (long long)c->shape[3], (long long)c->n, mb);
+  if (c->proj) printf("  (Z strides (L*%lld, %lld, %lld, 1))\n", (long long)c->d_in_proj,
+                      (long long)c->d_in_proj, (long long)c->shape[3]);
+  char line[160], extra[160];
+
+  stat3 ceil_all = measure(K_CEIL, c, all, NULL, bo->repeats);
+  snprintf(line, sizeof line, "ceiling (NT stores), %d threads", all);
+  print_row(line, ceil_all, NULL);
+  stat3 ceil_one = measure(K_CEIL, c, 1, NULL, bo->repeats);
+  print_row("ceiling (NT stores), 1 thread", ceil_one, NULL);
+
+  stat3 z_all = measure(K_ZGATE, c, all, bo->isa, bo->repeats);
+  snprintf(line, sizeof line, "zgate %s, %d threads", bo->isa ? bo->isa : zgate_cpu_isa_chosen(), all);
+  snprintf(extra, sizeof extra, "%5.1f%% of ceiling (median/median)", 100.0 * z_all.med / ceil_all.med);
+  print_row(line, z_all, extra);
+  stat3 z_one = measure(K_ZGATE, c, 1, bo->isa, bo->repeats);
+  snprintf(line, sizeof line, "zgate %s, 1 thread", bo->isa ? bo->isa : zgate_cpu_isa_chosen());
+  snprintf(extra, sizeof extra, "%5.1f%% of 1-thread ceiling", 100.0 * z_one.med / ceil_one.med);
+  print_row(line, z_one, extra);
+
+  if (bo->plain && !c->proj && (c->bits == 32 || c->bf16)) {
+    int reps = bo->repeats < 5 ? bo->repeats : 5; /* slow; 5 repeats tell its median */
+    stat3 p = measure(K_PLAIN, c, 1, NULL, reps);
+    snprintf(extra, sizeof extra, "zgate 1 thread = %.2fx this", z_one.med / p.med);
+    print_row("plain loop -O2, 1 thread", p, extra);
+  }
+  fflush(stdout);
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+static void print_machine(void) {
+  char model[256] = "?", la[128] = "?";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char l[512];
+    while (fgets(l, sizeof l, f))
+      if (strncmp(l, "model name", 10) == 0) {
+        char *p = strchr(l, ':');
+        if (p) snprintf(model, sizeof model, "%s", p + 2);
+        model[strcspn(model, "\n")] = 0;
+        break;
+      }
+    fclose(f);
+  }
+  f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fgets(la, sizeof la, f)) la[strcspn(la, "\n")] = 0;
+    fclose(f);
+  }
+  printf("zgate_cpu_bench: %s\n", zgate_build_info());
+  printf("machine: %s, %d OpenMP threads by default, loadavg %s\n", model, nthreads_of(0), la);
+}
+
+int main(int argc, char **argv) {
+  bench_opts bo = {(int64_t)64 << 20, 0, 9, NULL, "f32,bf16", "bwd,fwd", "dense,proj", 4352, 1};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int64_t x;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
+    else if (!strcmp(a, "--no-plain")) { bo.plain = 0; continue; }
+    if (!v) { usage(); return 1; }
+    i++;
+    if (!strcmp(a, "--n") && parse_i64(v, &x) && x > 0) bo.n = x;
+    else if (!strcmp(a, "--threads") && parse_i64(v, &x) && x <= 4096) bo.threads = (int)x;
+    else if (!strcmp(a, "--repeats") && parse_i64(v, &x) && x > 0 && x <= 1000) bo.repeats = (int)x;
+    else if (!strcmp(a, "--isa")) bo.isa = v;
+    else if (!strcmp(a, "--dtype")) bo.dtypes = v;
+    else if (!strcmp(a, "--op")) bo.ops = v;
+    else if (!strcmp(a, "--layout")) bo.layouts = v;
+    else if (!strcmp(a, "--d-in-proj") && parse_i64(v, &x) && x > 0) bo.d_in_proj = x;
+    else { usage(); return 1; }
+  }
+  if (bo.isa && !zgate_cpu_isa_available(bo.isa)) {
+    fprintf(stderr, "ISA %s is not built or not available on this CPU (built: %s)\n", bo.isa,
+            zgate_cpu_isas_built());
+    return 4;
+  }
+  print_machine();
+
+  /* (B, L, H, D) = (1, L, 32, 64): H*D = 2048 per token, as a Mamba-3 layer of d_model 1024 */
+  const int64_t H = 32, D = 64;
+  int64_t L = bo.n / (H * D);
+  if (L < 1) L = 1;
+  if (bo.d_in_proj < H * D) bo.d_in_proj = H * D;
+  const int64_t n = L * H * D;
+
+  static const struct { const char *name; int bits, bf16; } dts[] = {
+      {"f32", 32, 0}, {"bf16", 16, 1}, {"f16", 16, 0}};
+  for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
+    if (!has_word(bo.dtypes, dts[di].name)) continue;
+    const size_t es = (size_t)dts[di].bits / 8;
+    bench_case c;
+    memset(&c, 0, sizeof c);
+    c.bits = dts[di].bits;
+    c.bf16 = dts[di].bf16;
+    c.n = n;
+    c.shape[0] = 1; c.shape[1] = L; c.shape[2] = H; c.shape[3] = D;
+    c.d_in_proj = bo.d_in_proj;
+    for (int t = 0; t < 5; t++) {
+      c.buf[t] = xalloc((size_t)n * es);
+      fill(c.buf[t], c.bits, c.bf16, n, t == 0 ? 0 : t == 1 ? 1 : 2, bo.threads);
+    }
+    if (has_word(bo.layouts, "proj")) {
+      c.zproj = xalloc((size_t)L * (size_t)bo.d_in_proj * es);
+      fill(c.zproj, c.bits, c.bf16, L * bo.d_in_proj, 1, bo.threads);
+    }
+    for (int op = 1; op >= 0; op--) {
+      if (!has_word(bo.ops, op ? "bwd" : "fwd")) continue;
+      c.op_bwd = op;
+      if (!op) { /* fwd: o, z, out = buffers 2, 1, 3 of bwd's set */
+        void *keep[5];
+        memcpy(keep, c.buf, sizeof keep);
+        c.buf[0] = keep[2]; c.buf[1] = keep[1]; c.buf[2] = keep[3];
+        for (int p = 0; p < 2; p++) {
+          c.proj = p;
+          if (has_word(bo.layouts, p ? "proj" : "dense")) bench_one(&bo, &c);
+        }
+        memcpy(c.buf, keep, sizeof keep);
+      } else {
+        for (int p = 0; p < 2; p++) {
+          c.proj = p;
+          if (has_word(bo.layouts, p ? "proj" : "dense")) bench_one(&bo, &c);
+        }
+      }
+    }
+    for (int t = 0; t < 5; t++) free(c.buf[t]);
+    free(c.zproj);
+  }
+  return 0;
+}
