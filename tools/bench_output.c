@@ -164,7 +164,7 @@ int cli_bench_plot(const char *png_path, const bench_result *r, int n, const ben
           npanels > 0 ? npanels : 1, zgate_version(), m->date);
   fprintf(f, "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.38\nset grid ytics lc rgb '#dddddd'\n");
   fprintf(f, "set ylabel 'GB/s (bytes read + written)'\nset yrange [0:*]\nset offsets 0.6, 0.6, 0, 0\n");
-  fprintf(f, "set xtics rotate by -25 left nomirror\nset key top left opaque box\nset bmargin 7\n");
+  fprintf(f, "set xtics rotate by 25 right nomirror font ',9'\nset key top left opaque box\nset bmargin 8\nset lmargin 16\n");
   for (int k = 0; k < npanels; k++) {
     int is_cuda = !strncmp(panels[k], "cuda", 4);
     if (is_cuda) fprintf(f, "set title '%s (ceiling: %s)'\n", panels[k], m->ceiling_cuda);

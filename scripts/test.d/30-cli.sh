@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Stage: the `zgate` command's smoke tests (ctest -L cli: help, info, a small check and
+# bench, and every kind of bad option answered in words with exit code 2) and the
+# documentation's examples (ctest -L docs: built, run, and shown verbatim in docs/api.md).
+# Own build dir: build/cli.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/cli
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_BENCH=OFF >/dev/null
+targets=(zgate_tool)
+for ex in docs/examples/*.c; do targets+=("example_$(basename "$ex" .c)"); done
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+cd "$build"
+ctest -L 'cli|docs' --output-on-failure
