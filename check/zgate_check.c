@@ -260,7 +260,7 @@ typedef struct {
 
 static int make_view(const DLTensor *t, const int64_t *shape, view *v) {
   if (!t || t->ndim != 4 || !t->shape) return -1;
-  if (t->device.device_type != kDLCPU) return -1;
+  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) return -1;
   if (type_of(t->dtype) == T_BAD) return -1;
   int64_t numel = 1;
   for (int i = 0; i < 4; i++) {
@@ -348,7 +348,8 @@ static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
   if (n > 0 && !(*mem = malloc((size_t)n * sizeof(double)))) return -1;
   memset(t, 0, sizeof *t);
   t->data = *mem;
-  t->device.device_type = kDLCPU;
+  t->device = like->device; /* host memory either way; the reference wants one device */
+  if (t->device.device_type != kDLCUDAHost) t->device.device_type = kDLCPU;
   t->ndim = 4;
   t->dtype.code = kDLFloat;
   t->dtype.bits = 64;

@@ -80,7 +80,8 @@ void zgate_check_stats_init(zgate_check_stats *st);
 void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *from);
 
 /* Judge one element. `out_dtype` is the output's type (float32, float16 or bfloat16; a
- * float64 output is judged as float32). `dout` is ignored for ZGATE_CHECK_OUT. err_units and
+ * float64 output gets the float32 bound with float64's range, for comparing two float64
+ * evaluations). `dout` is ignored for ZGATE_CHECK_OUT. err_units and
  * bound_ratio may be NULL; they are set to the reported measures (0 for special-value
  * verdicts). */
 zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_dtype, double got,
@@ -89,8 +90,9 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
 
 /*
  * Compare every element of `got` against `ref` (normally float64), with the inputs it was
- * computed from (`dout` is NULL for ZGATE_CHECK_OUT). All tensors: CPU, ndim 4, equal
- * shapes, dtype float32/float16/bfloat16/float64, lanes 1, strides NULL or non-negative.
+ * computed from (`dout` is NULL for ZGATE_CHECK_OUT). All tensors: host memory (kDLCPU or
+ * kDLCUDAHost), ndim 4, equal shapes, dtype float32/float16/bfloat16/float64, lanes 1,
+ * strides NULL or non-negative.
  * Adds into *st (so several calls can accumulate). Returns 0, or -1 when the tensors are
  * unusable as described (then *st is unchanged).
  * For an in-place run (dout_scaled is dout) pass a copy of dout as it was before the call.

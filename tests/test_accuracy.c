@@ -1,0 +1,349 @@
+/* Accuracy of zgate_bwd / zgate_fwd on one CPU path (ZGATE_CPU_ISA, set per ctest entry)
+ * against the float64 reference, over dtype combinations x shapes x memory layouts.
+ *
+ * Every case: fresh random inputs; outputs and all padding poisoned (NaN bytes); guard bytes
+ * before and after every tensor; the float64 reference computed first; one run on 1 thread
+ * checked by the oracle (check/zgate_check.h) and for untouched bytes outside the outputs
+ * (inputs, padding, guards, other columns of a projection); a second run on 2 threads from
+ * the same poisoned state must give bit-identical buffers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "zt.h"
+
+enum {
+  L_DENSE,         /* compact, strides NULL or spelled out, odd misalignment to 64 bytes */
+  L_OFFSET,        /* compact, position carried in byte_offset (data = allocation start) */
+  L_ZPROJ,         /* z a view into an input projection: strides (L*P, P, D, 1), P > H*D */
+  L_PERMUTED,      /* each tensor a different memory order of its dims */
+  L_PADDED,        /* padding after every dim, headdim stride 1 or 2 */
+  L_BCAST,         /* inputs with zero strides (broadcast); outputs dense */
+  L_INPLACE,       /* dout_scaled is dout */
+  L_ZPROJ_INPLACE, /* the common real case: projection z, in place dout */
+  L_COUNT
+};
+static const char *const layout_names[L_COUNT] = {"dense", "byte_offset", "zproj", "permuted",
+                                                  "padded", "broadcast", "inplace", "zproj+inplace"};
+
+typedef struct acc_case {
+  int fwd;
+  int64_t shape[4];
+  int layout;
+  DLDataType dt[5]; /* bwd: dout z o dz dout_scaled; fwd: o z out */
+} acc_case;
+
+typedef struct acc_run {
+  const char *isa; /* the forced path, or NULL for the default choice */
+  zt_rng rng;
+  int64_t cases, failed, counter;
+} acc_run;
+
+static acc_run g_run;
+
+static const char *const bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
+static const char *const fwd_names[3] = {"o", "z", "out"};
+
+/* Memory orders (outer to inner) used by L_PERMUTED. */
+static const int perms[6][4] = {{0, 2, 1, 3}, {1, 0, 2, 3}, {3, 2, 1, 0}, {2, 3, 0, 1},
+                                {0, 1, 3, 2}, {1, 3, 0, 2}};
+
+static void strides_for_order(const int64_t shape[4], const int order[4], int64_t st[4]) {
+  int64_t acc = 1;
+  for (int k = 3; k >= 0; k--) {
+    int d = order[k];
+    st[d] = acc;
+    acc *= shape[d] > 0 ? shape[d] : 1;
+  }
+}
+
+static void describe(const acc_case *c, char *buf, size_t n) {
+  int nt = c->fwd ? 3 : 5;
+  int k = snprintf(buf, n, "%s %s %s dtypes", c->fwd ? "fwd" : "bwd", zt_shape_str(c->shape),
+                   layout_names[c->layout]);
+  for (int i = 0; i < nt && k > 0 && (size_t)k < n; i++)
+    k += snprintf(buf + k, n - (size_t)k, " %s=%s", c->fwd ? fwd_names[i] : bwd_names[i],
+                  zgate_check_dtype_name(c->dt[i]));
+}
+
+static int fail_case(const acc_case *c, const char *fmt, ...) {
+  char d[256];
+  describe(c, d, sizeof d);
+  printf("FAIL [%s] isa=%s: ", d, g_run.isa ? g_run.isa : zgate_cpu_isa_chosen());
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  printf("\n");
+  return 1;
+}
+
+/* Runs one case; returns the number of problems found (0 = pass). */
+static int run_case(acc_case *c) {
+  const int nt = c->fwd ? 3 : 5, n_in = c->fwd ? 2 : 3;
+  const int iz = 1; /* z is slot 1 in both signatures */
+  const int inplace = !c->fwd && (c->layout == L_INPLACE || c->layout == L_ZPROJ_INPLACE);
+  const int zproj = c->layout == L_ZPROJ || c->layout == L_ZPROJ_INPLACE;
+  const int64_t *sh = c->shape, numel = zt_numel(sh);
+  zt_rng *r = &g_run.rng;
+  int problems = 0;
+  if (inplace) c->dt[4] = c->dt[0];
+
+  zt_tensor x[5];
+  zt_buf *bufs[5] = {0};
+  /* Empty problems: half the time NULL data (allowed), else real guarded buffers. */
+  const int null_data = numel == 0 && (zt_next(r) & 1);
+  for (int i = 0; i < nt; i++) {
+    if (inplace && i == 4) {
+      /* Same data, byte_offset, dtype and strides as dout (a distinct struct). */
+      zt_tensor_init(&x[4], x[0].t.dtype, sh, x[0].t.strides ? x[0].strides : NULL, x[0].buf,
+                     0, 0, 1);
+      x[4].t.data = x[0].t.data;
+      x[4].t.byte_offset = x[0].t.byte_offset;
+      continue;
+    }
+    DLDataType dt = c->dt[i];
+    int64_t esize = zgate_check_dtype_size(dt), st[4];
+    const int64_t *strides = NULL;
+    int64_t H = sh[2], D = sh[3];
+    zt_compact_strides(sh, st);
+    int use_off = c->layout == L_OFFSET;
+    int as_null = (i + (int)g_run.counter) & 1;
+    size_t lead = 64 + (size_t)zt_int(r, 0, 7) * (size_t)esize; /* guard before, odd alignment */
+    size_t extra = 0;                                          /* bytes before the first element */
+    if (zproj && i == iz) {
+      int64_t P = 2 * H * D + 7, c0 = H * D + 3; /* other projection columns around z */
+      st[3] = 1; st[2] = D; st[1] = P; st[0] = sh[1] * P;
+      extra = (size_t)(c0 * esize);
+      strides = st;
+    } else if (c->layout == L_PERMUTED) {
+      strides_for_order(sh, perms[(i + (int)g_run.counter) % 6], st);
+      strides = st;
+    } else if (c->layout == L_PADDED) {
+      st[3] = 1 + (i & 1);
+      st[2] = D * st[3] + 1 + i;
+      st[1] = H * st[2] + 3;
+      st[0] = sh[1] * st[1] + 5;
+      strides = st;
+    } else if (c->layout == L_BCAST && i < n_in) {
+      if (i == iz) st[3] = 0;       /* one z per (b, l, h) */
+      else if (i == 0) st[1] = 0;   /* dout (bwd) / o (fwd) shared over seqlen */
+      else st[0] = 0;               /* o (bwd) shared over batch */
+      strides = st;
+    } else if (!as_null || c->layout == L_OFFSET) {
+      strides = st; /* compact, spelled out */
+    }
+    size_t span = zt_span_bytes(dt, sh, st);
+    if (zproj && i == iz && numel > 0) span = (size_t)(sh[0] * sh[1] * st[1] * esize);
+    if (null_data) {
+      zt_tensor_init(&x[i], dt, sh, strides, NULL, 0, 0, 1);
+      continue;
+    }
+    bufs[i] = zt_buf_new(lead + extra + span + 64 + (size_t)zt_int(r, 0, 3) * 2);
+    zt_tensor_init(&x[i], dt, sh, strides, bufs[i], lead + extra, use_off, 1);
+  }
+
+  /* Inputs: random values; z in its own distribution. */
+  for (int i = 0; i < n_in; i++) {
+    if (!x[i].buf) continue;
+    zt_fill(&x[i].t, r, i == iz ? zt_rand_z : zt_rand_mag);
+  }
+
+  /* Reference, and (in place) a copy of dout as it was. */
+  zt_tensor ref[2], dout_copy;
+  const int n_out = nt - n_in;
+  for (int k = 0; k < n_out; k++) zt_make_f64(&ref[k], sh);
+  int rc = c->fwd ? zgate_fwd_reference(&x[0].t, &x[1].t, &ref[0].t)
+                  : zgate_bwd_reference(&x[0].t, &x[1].t, &x[2].t, &ref[0].t, &ref[1].t);
+  if (rc != ZGATE_OK) {
+    problems += fail_case(c, "reference returned %d (%s)", rc, zgate_last_error());
+    goto done_refs;
+  }
+  const DLTensor *dout_in = c->fwd ? NULL : &x[0].t;
+  if (inplace) {
+    zt_copy_compact(&dout_copy, &x[0].t);
+    dout_in = &dout_copy.t;
+  }
+
+  for (int i = 0; i < nt; i++)
+    if (bufs[i]) zt_buf_snapshot(bufs[i]);
+
+  /* Run 1: one thread; half the calls name the path per call, half rely on the env choice. */
+  zgate_options opts;
+  zgate_options_init(&opts);
+  opts.num_threads = 1;
+  opts.cpu_isa = (g_run.counter & 1) ? g_run.isa : NULL;
+  DLTensor *dos_arg = inplace && (g_run.counter & 2) ? &x[0].t : (c->fwd ? NULL : &x[4].t);
+  rc = c->fwd ? zgate_fwd(&x[0].t, &x[1].t, &x[2].t, &opts)
+              : zgate_bwd(&x[0].t, &x[1].t, &x[2].t, &x[3].t, dos_arg, &opts);
+  if (rc != ZGATE_OK) {
+    problems += fail_case(c, "call returned %d (%s)", rc, zgate_last_error());
+    goto done_copy;
+  }
+  if (zgate_last_error()[0])
+    problems += fail_case(c, "success left a last-error message: %s", zgate_last_error());
+
+  if (numel > 0) {
+    for (int k = 0; k < n_out; k++) {
+      zgate_check_stats st;
+      zgate_check_stats_init(&st);
+      zgate_check_quantity q = c->fwd ? ZGATE_CHECK_OUT : (k == 0 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS);
+      const DLTensor *got = &x[n_in + k].t;
+      if (zgate_check_tensor(q, got, &ref[k].t, dout_in, &x[1].t, c->fwd ? &x[0].t : &x[2].t, &st)) {
+        problems += fail_case(c, "oracle refused the tensors");
+      } else if (st.failures) {
+        char line[256];
+        zgate_check_stats_format(&st, line, sizeof line);
+        problems += fail_case(c, "%s: %s", c->fwd ? "out" : bwd_names[n_in + k], line);
+      }
+    }
+  }
+  /* Nothing but output elements may change: inputs, padding, guards, projection columns. */
+  const DLTensor *outs[2] = {&x[n_in].t, n_out > 1 ? &x[n_in + 1].t : NULL};
+  for (int i = 0; i < nt; i++) {
+    if (!bufs[i]) continue;
+    int64_t changed = zt_buf_changed_outside(bufs[i], outs, n_out,
+                                             c->fwd ? fwd_names[i] : bwd_names[i]);
+    if (changed) problems += fail_case(c, "%lld bytes changed outside the outputs", (long long)changed);
+  }
+
+  /* Run 2: two threads, from the same poisoned state: bit-identical buffers. */
+  unsigned char *first[5] = {0};
+  for (int i = 0; i < nt; i++) {
+    if (!bufs[i]) continue;
+    first[i] = malloc(bufs[i]->size ? bufs[i]->size : 1);
+    memcpy(first[i], bufs[i]->mem, bufs[i]->size);
+    zt_buf_restore(bufs[i]);
+  }
+  opts.num_threads = 2;
+  opts.cpu_isa = (g_run.counter & 1) ? NULL : g_run.isa;
+  rc = c->fwd ? zgate_fwd(&x[0].t, &x[1].t, &x[2].t, &opts)
+              : zgate_bwd(&x[0].t, &x[1].t, &x[2].t, &x[3].t, dos_arg, &opts);
+  if (rc != ZGATE_OK) problems += fail_case(c, "2-thread call returned %d (%s)", rc, zgate_last_error());
+  for (int i = 0; i < nt; i++) {
+    if (!bufs[i]) continue;
+    if (rc == ZGATE_OK && memcmp(first[i], bufs[i]->mem, bufs[i]->size) != 0)
+      problems += fail_case(c, "%s differs between 1 and 2 threads", c->fwd ? fwd_names[i] : bwd_names[i]);
+    free(first[i]);
+  }
+
+done_copy:
+  if (inplace) zt_buf_free(dout_copy.buf);
+done_refs:
+  for (int k = 0; k < n_out; k++) zt_free_f64(&ref[k]);
+  for (int i = 0; i < nt; i++) zt_buf_free(bufs[i]);
+  g_run.cases++;
+  g_run.counter++;
+  if (problems) g_run.failed++;
+  return problems;
+}
+
+/* Dtype combinations: all five (three) tensors in one dtype; every inputs-dtype x
+ * outputs-dtype pair (so each position sees each dtype); a few fully random ones. */
+static int dtype_combos(int fwd, int reduced, DLDataType out[16][5]) {
+  int n = 0, nt = fwd ? 3 : 5, n_in = fwd ? 2 : 3;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++) {
+      if (reduced && a != b) continue;
+      for (int i = 0; i < nt; i++) out[n][i] = zt_dtypes[i < n_in ? a : b];
+      n++;
+    }
+  int nrand = reduced ? 1 : 3;
+  for (int k = 0; k < nrand; k++, n++)
+    for (int i = 0; i < nt; i++) out[n][i] = zt_dtypes[zt_next(&g_run.rng) % 3];
+  return n;
+}
+
+static const int64_t shapes_full[][4] = {
+    {2, 3, 4, 1},  {1, 5, 2, 3},  {2, 7, 3, 17}, {1, 9, 4, 64}, {1, 6, 5, 80}, {2, 3, 2, 96},
+    {1, 4, 3, 128}, {1, 2, 3, 7}, {1, 2, 3, 15}, {2, 2, 2, 31}, {1, 3, 2, 33}, {1, 1, 1, 517},
+    {3, 1, 1, 1},  {1, 1, 1, 1},  {1, 2345, 2, 64}, {0, 3, 4, 8}, {2, 0, 4, 8}, {2, 3, 0, 8},
+    {2, 3, 4, 0},  {0, 0, 0, 0}};
+static const int64_t shapes_quick[][4] = {
+    {2, 3, 4, 1}, {1, 5, 2, 3}, {2, 7, 3, 17}, {1, 2, 3, 80}, {1, 3, 2, 33}, {1, 1, 1, 517},
+    {1, 2345, 1, 3}, {0, 3, 4, 8}, {2, 0, 4, 8}, {2, 3, 0, 8}, {2, 3, 4, 0}};
+
+static void matrix(int fwd) {
+  int quick = zt_quick();
+  const int64_t(*shapes)[4] = quick ? shapes_quick : shapes_full;
+  int nshapes = quick ? (int)(sizeof shapes_quick / sizeof shapes_quick[0])
+                      : (int)(sizeof shapes_full / sizeof shapes_full[0]);
+  int64_t before = g_run.failed;
+  int64_t ncases = 0;
+  for (int s = 0; s < nshapes; s++) {
+    int big = zt_numel(shapes[s]) > 20000;
+    for (int l = 0; l < L_COUNT; l++) {
+      if (fwd && (l == L_INPLACE || l == L_ZPROJ_INPLACE)) continue;
+      DLDataType combos[16][5];
+      int nc = dtype_combos(fwd, quick || big, combos);
+      for (int k = 0; k < nc; k++) {
+        acc_case c = {0};
+        c.fwd = fwd;
+        memcpy(c.shape, shapes[s], sizeof c.shape);
+        c.layout = l;
+        memcpy(c.dt, combos[k], sizeof c.dt);
+        run_case(&c);
+        ncases++;
+      }
+    }
+  }
+  printf("%s matrix: %lld cases, %lld failed\n", fwd ? "fwd" : "bwd", (long long)ncases,
+         (long long)(g_run.failed - before));
+  assert_int_equal(g_run.failed - before, 0);
+}
+
+static void test_bwd_matrix(void **state) { (void)state; matrix(0); }
+static void test_fwd_matrix(void **state) { (void)state; matrix(1); }
+
+/* Large dense problems: the multi-threaded split and the streaming-store path (outputs of
+ * 4 MiB and more), with odd sizes so every thread's range has a tail. */
+static void test_large(void **state) {
+  (void)state;
+  if (zt_quick()) {
+    printf("quick mode: large cases skipped\n");
+    return;
+  }
+  static const int64_t shape[4] = {1, 2047, 9, 121};
+  int64_t before = g_run.failed;
+  for (int fwd = 0; fwd < 2; fwd++)
+    for (int t = 0; t < 2; t++) {
+      int layouts[2] = {L_DENSE, L_ZPROJ_INPLACE};
+      for (int l = 0; l < 2; l++) {
+        acc_case c = {0};
+        c.fwd = fwd;
+        memcpy(c.shape, shape, sizeof c.shape);
+        c.layout = layouts[l];
+        for (int i = 0; i < 5; i++) c.dt[i] = t ? zt_bf16 : zt_f32;
+        run_case(&c);
+      }
+    }
+  assert_int_equal(g_run.failed - before, 0);
+}
+
+/* The forced path is the one the library reports. */
+static void test_isa_choice(void **state) {
+  (void)state;
+  printf("build: %s\n", zgate_build_info());
+  if (!g_run.isa) return;
+  assert_string_equal(zgate_cpu_isa_chosen(), g_run.isa);
+}
+
+int main(void) {
+  int skip;
+  g_run.isa = zt_isa(&skip);
+  if (skip) return skip;
+  g_run.rng.s = zt_seed("test_accuracy");
+  printf("path: %s%s\n", g_run.isa ? g_run.isa : zgate_cpu_isa_chosen(),
+         zt_quick() ? " (quick)" : "");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_isa_choice),
+      cmocka_unit_test(test_bwd_matrix),
+      cmocka_unit_test(test_fwd_matrix),
+      cmocka_unit_test(test_large),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
