@@ -142,11 +142,16 @@ typedef struct bench_ctx {
 } bench_ctx;
 
 static void progress(const bench_ctx *ctx, const bench_result *r, const char *what) {
+  if (!ctx->tty && strcmp(what, "allocating") != 0) return; /* a log gets one line per configuration */
   char shape[64], dts[64];
   cli_shape_str(r->shape, shape, sizeof shape);
   cli_dtypes_str(&r->dt, dts, sizeof dts);
-  fprintf(stderr, "%szgate bench [%d/%d] %s %s %s %s %s: %-18s%s", ctx->tty ? "\r" : "", ctx->index, ctx->total,
-          r->backend, r->op, shape, dts, cli_layout_names[r->layout], what, ctx->tty ? "" : "\n");
+  if (!ctx->tty)
+    fprintf(stderr, "zgate bench [%d/%d] %s %s %s %s %s\n", ctx->index, ctx->total, r->backend, r->op, shape, dts,
+            cli_layout_names[r->layout]);
+  else
+    fprintf(stderr, "\rzgate bench [%d/%d] %s %s %s %s %s: %-18s", ctx->index, ctx->total, r->backend, r->op, shape,
+            dts, cli_layout_names[r->layout], what);
   fflush(stderr);
 }
 
