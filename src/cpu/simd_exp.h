@@ -28,7 +28,9 @@
  * arithmetic that rounds each product separately was measured at up to 4.5 ulp of the
  * scale for dz (the bar is 4); with them: dz 2.75, dout_scaled 1.91, out 1.98 ulp of scale
  * (4M random points over z in [-120, 120] and near the root, docs/perf-notes.md).
- *   e + elo = exp(-|z|): p's rounding error (Fast2Sum at the end of step 4) scaled by 2^k;
+ *   e + elo = exp(-|z|): elo is p's final rounding error (Fast2Sum at the end of step 4)
+ *                        scaled by 2^k; e + elo is within 2^-25 relative (measured max
+ *                        1.55e-8) where e >= 2^-99, below which elo underflows;
  *   d = 1 + e, dlo = (e - (d - 1)) + elo          (1 + E = d + dlo, the parenthesis exact)
  *   r = 1/d; res = (1 - r*d) - r*dlo               (two fmas: r*(1 + res) = 1/(1 + E))
  *   er = e*r; erlo = (e*r - er) + elo*r            (fma residual: E*r = er + erlo)
