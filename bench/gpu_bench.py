@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""GPU benchmark of zgate_bwd against the device's copy bandwidth, PyTorch eager,
+torch.compile of the same formula, and the original Triton kernel (mamba3_siso_bwd_kernel_dzdo)
+when its source folder is given.
+
+  python3 bench/gpu_bench.py --lib build/gpu/src/libzgate.so [--orig PATH] [--json out.json]
+
+Per shape, dtype and Z layout (dense, or a view into the input projection with strides
+(L*P, P, D, 1), P = 2*H*D + 480, i.e. 8672 for H*D = 4096): the median kernel time from
+triton.testing.do_bench (CUDA events, L2 flushed before every call), GB/s counting
+5 x elements x element size, and the fraction of the device-to-device copy bandwidth
+measured in this run (bytes read plus written). Also the per-call wall time of back-to-back
+calls from Python and the first-call latency of each implementation.
+
+The original kernel is imported from --orig (or env ZGATE_ORIG_MAMBA3): a folder holding
+mamba3_siso_bwd.py and utils.py. Its code is never copied into this repository; a fake
+package path mamba_ssm.ops.triton.mamba3 pointing at the folder is built in a temp dir.
+It is called with preallocated outputs (its own launch, as in compute_dzdo); for headdims
+that are not a power of two it reads and writes past each row, so its tensors get slack.
+zgate is called through a minimal ctypes shim over libzgate (prebuilt DLTensors, the
+current torch stream); the python/zgate package, when importable, adds a per-call column.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+import triton.testing
+
+SHAPES = [
+    (2, 2048, 24, 64),
+    (16, 2345, 32, 64),
+    (8, 2048, 32, 64),
+    (4, 4096, 64, 64),
+    (1, 32768, 64, 64),
+    (2, 8192, 32, 128),
+    (2, 2048, 40, 80),
+    (4, 4096, 48, 96),
+]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+# ---- ctypes shim over libzgate --------------------------------------------------------------
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class ZgOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_threads", ctypes.c_int),
+                ("cpu_isa", ctypes.c_char_p), ("cuda_stream", ctypes.c_void_p)]
+
+
+_DL_CODES = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16)}
+
+
+class Shim:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.zgate_bwd.restype = ctypes.c_int
+        self.lib.zgate_bwd.argtypes = [ctypes.POINTER(DLTensor)] * 5 + [ctypes.POINTER(ZgOptions)]
+        self.lib.zgate_last_error.restype = ctypes.c_char_p
+        self.lib.zgate_build_info.restype = ctypes.c_char_p
+
+    def dl(self, t, keep):
+        shape = (ctypes.c_int64 * 4)(*t.shape)
+        strides = (ctypes.c_int64 * 4)(*t.stride())
+        keep += [shape, strides]
+        code, bits = _DL_CODES[t.dtype]
+        return DLTensor(t.data_ptr(), DLDevice(2, t.device.index or 0), 4, DLDataType(code, bits, 1),
+                        shape, strides, 0)
+
+    def bwd_fn(self, dout, z, o, dz, dos):
+        keep = []
+        ts = [self.dl(t, keep) for t in (dout, z, o, dz, dos)]
+        refs = [ctypes.byref(t) for t in ts]
+        opts = ZgOptions(ctypes.sizeof(ZgOptions), 0, None, torch.cuda.current_stream().cuda_stream)
+        oref = ctypes.byref(opts)
+        f = self.lib.zgate_bwd
+        lib = self.lib
+
+        def call():
+            rc = f(refs[0], refs[1], refs[2], refs[3], refs[4], oref)
+            if rc:
+                raise RuntimeError("zgate_bwd: %d %s" % (rc, lib.zgate_last_error().decode()))
+        call.keep = (keep, ts, opts)
+        return call
+
+
+# ---- the other implementations -------------------------------------------------------------
+def formula(dout, z, o):
+    zf = z.float()
+    s = torch.sigmoid(zf)
+    df = dout.float()
+    dz = df * o.float() * s * (1 + zf * (1 - s))
+    dos = df * s * zf
+    return dz.to(dout.dtype), dos.to(dout.dtype)
+
+
+def load_original(path):
+    """Import mamba3_siso_bwd from `path` under a fake mamba_ssm package in a temp dir."""
+    root = tempfile.mkdtemp(prefix="zgate_orig_")
+    pkg = os.path.join(root, "mamba_ssm", "ops", "triton")
+    os.makedirs(pkg)
+    for d in ("mamba_ssm", "mamba_ssm/ops", "mamba_ssm/ops/triton"):
+        open(os.path.join(root, d, "__init__.py"), "w").close()
+    os.symlink(os.path.abspath(path), os.path.join(pkg, "mamba3"))
+    sys.path.insert(0, root)
+    import importlib
+    return importlib.import_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd")
+
+
+def orig_fn(mod, dout, z, o, dz, dos):
+    kern = mod.mamba3_siso_bwd_kernel_dzdo
+    B, L, H, D = dout.shape
+    HV = triton.next_power_of_2(D)
+
+    def grid(meta):
+        return (triton.cdiv(L, meta["CHUNK_SIZE"]), H, B)
+
+    def call():
+        kern[grid](dout, z, o, dz, dos, *dout.stride(), *z.stride(), *o.stride(), *dz.stride(),
+                   *dos.stride(), L, D, HEADDIM_V=HV)
+    return call
+
+
+# ---- tensors ----------------------------------------------------------------------------------
+def padded_empty(shape, dtype, slack):
+    """A compact tensor followed by `slack` spare elements (the original over-runs rows)."""
+    n = math.prod(shape)
+    return torch.empty(n + slack, dtype=dtype, device="cuda")[:n].view(shape)
+
+
+def make_inputs(shape, dtype, layout, slack):
+    B, L, H, D = shape
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    dout = padded_empty(shape, dtype, slack)
+    o = padded_empty(shape, dtype, slack)
+    dout.copy_(torch.randn(shape, device="cuda", generator=g))
+    o.copy_(torch.randn(shape, device="cuda", generator=g))
+    if layout == "dense":
+        z = padded_empty(shape, dtype, slack)
+        z.copy_(torch.randn(shape, device="cuda", generator=g) * 4)
+        proj = None
+    else:
+        P = 2 * H * D + 480
+        proj = torch.randn(B * L * P + slack, device="cuda", generator=g).to(dtype)
+        z = proj[: B * L * P].view(B, L, P)[:, :, H * D:2 * H * D].view(B, L, H, D)
+        z.mul_(4)
+    return dout, z, o, proj
+
+
+def rel_err(got, ref):
+    ref = ref.double()
+    return ((got.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+# ---- timing ---------------------------------------------------------------------------------
+def kernel_ms(fn, args):
+    return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+
+
+def first_call_ms(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def per_call_us(fn, est_ms):
+    n = int(max(10, min(200, 30.0 / max(est_ms, 1e-3))))
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
+def copy_bandwidth(args):
+    n = 1 << 29  # 1 GiB of bytes... as 2-byte elements: 1 GiB
+    src = torch.randn(n // 2, device="cuda", dtype=torch.float32).view(torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=args.warmup, rep=args.rep,
+                                 return_mode="median")
+    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+
+
+# ---- main -----------------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=os.environ.get("ZGATE_LIBRARY", "build/gpu/src/libzgate.so"))
+    ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"))
+    ap.add_argument("--dtypes", default="bf16,fp16,fp32")
+    ap.add_argument("--layouts", default="dense,proj")
+    ap.add_argument("--shapes", default="all", help="'all' or indices into the shape list, e.g. 0,3")
+    ap.add_argument("--impls", default="zgate,eager,compile,orig")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rep", type=int, default=60)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for knob in ("cache_size_limit", "recompile_limit"):
+        try:
+            setattr(torch._dynamo.config, knob, 64)
+        except Exception:
+            pass
+    dev = torch.cuda.get_device_properties(0)
+    shim = Shim(args.lib)
+    print("device: %s, %d SMs; torch %s, triton %s" % (dev.name, dev.multi_processor_count,
+                                                     torch.__version__, triton.__version__))
+    print("zgate: %s" % shim.lib.zgate_build_info().decode())
+    impls = args.impls.split(",")
+    mod = None
+    if "orig" in impls:
+        if args.orig:
+            mod = load_original(args.orig)
+        else:
+            print("original Triton kernel: not given (--orig / ZGATE_ORIG_MAMBA3), skipped")
+            impls.remove("orig")
+    pkg = None
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        os.environ.setdefault("ZGATE_LIBRARY", os.path.abspath(args.lib))
+        import zgate as pkg  # noqa: F401
+        if not hasattr(pkg, "bwd"):
+            pkg = None
+    except Exception as e:  # the package is optional here
+        print("python/zgate not usable (%s): per-call column from the package skipped" % e)
+        pkg = None
+
+    copy_gbs = copy_bandwidth(args)
+    print("device-to-device copy: %.0f GB/s (bytes read + written)" % copy_gbs)
+    compiled = torch.compile(formula)
+    shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    rows = []
+    first = {}
+    for dname in args.dtypes.split(","):
+        dtype = DTYPES[dname]
+        for layout in args.layouts.split(","):
+            for shape in shapes:
+                B, L, H, D = shape
+                slack = triton.next_power_of_2(D) + 64
+                dout, z, o, proj = make_inputs(shape, dtype, layout, slack)
+                numel = dout.numel()
+                nbytes = 5 * numel * dout.element_size()
+                ref_dz, ref_dos = None, None
+                zd, od, dd = z.double(), o.double(), dout.double()
+                s = torch.sigmoid(zd)
+                ref_dz = dd * od * s * (1 + zd * (1 - s))
+                ref_dos = dd * s * zd
+                del zd, od, dd, s
+                row = {"shape": list(shape), "dtype": dname, "layout": layout, "numel": numel,
+                       "bytes": nbytes}
+                for impl in impls:
+                    dz = padded_empty(shape, dtype, slack)
+                    dos = padded_empty(shape, dtype, slack)
+                    if impl == "zgate":
+                        fn = shim.bwd_fn(dout, z, o, dz, dos)
+                    elif impl == "eager":
+                        res = {}
+
+                        def fn(res=res):
+                            res["out"] = formula(dout, z, o)
+                    elif impl == "compile":
+                        res = {}
+
+                        def fn(res=res):
+                            res["out"] = compiled(dout, z, o)
+                    else:
+                        fn = orig_fn(mod, dout, z, o, dz, dos)
+                    key = (impl, dname, layout)
+                    fc = first_call_ms(fn)
+                    if key not in first:
+                        first[key] = fc
+                        row[impl + "_first_ms"] = fc
+                    ms = kernel_ms(fn, args)
+                    gbs = nbytes / (ms * 1e-3) / 1e9
+                    row[impl + "_ms"] = ms
+                    row[impl + "_gbs"] = gbs
+                    row[impl + "_frac"] = gbs / copy_gbs
+                    row[impl + "_call_us"] = per_call_us(fn, ms)
+                    if impl in ("zgate", "orig"):
+                        got_dz, got_dos = dz, dos
+                    else:
+                        got_dz, got_dos = res["out"]
+                    row[impl + "_err"] = max(rel_err(got_dz, ref_dz), rel_err(got_dos, ref_dos))
+                    if impl == "zgate" and pkg is not None:
+                        try:
+                            pf = lambda: pkg.bwd(dout, z, o, dz=dz, dout_scaled=dos)  # noqa: E731
+                            pf()
+                            row["pkg_call_us"] = per_call_us(pf, ms)
+                        except Exception as e:
+                            print("python/zgate bwd failed: %s" % e)
+                            pkg = None
+                    del fn, dz, dos
+                rows.append(row)
+                line = "%-5s %-5s %-18s %7.1f MB" % (dname, layout, str(shape), nbytes / 1e6)
+                for impl in impls:
+                    line += " | %s %7.1f us %5.1f%%" % (impl, row[impl + "_ms"] * 1e3, 100 * row[impl + "_frac"])
+                print(line, flush=True)
+                del dout, z, o, proj, ref_dz, ref_dos
+                torch.cuda.empty_cache()
+
+    # ---- summary ----
+    print()
+    print("copy bandwidth %.0f GB/s; times are medians (us), %% of copy bandwidth" % copy_gbs)
+    hdr = "| dtype | Z | shape | MB | " + " | ".join("%s us (%% copy)" % i for i in impls) + " | zgate err |"
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for r in rows:
+        cells = ["%.1f (%.1f%%)" % (r[i + "_ms"] * 1e3, 100 * r[i + "_frac"]) for i in impls]
+        print("| %s | %s | %s | %.0f | %s | %.1e |" % (r["dtype"], r["layout"], tuple(r["shape"]),
+                                                    r["bytes"] / 1e6, " | ".join(cells), r["zgate_err"]))
+    print()
+    big = [r for r in rows if r["bytes"] >= 256e6]
+    if big:
+        worst = min(big, key=lambda r: r["zgate_frac"])
+        print("zgate, shapes moving >= 256 MB: min %.1f%% of copy (%s %s %s), target >= 97%%" % (
+            100 * worst["zgate_frac"], worst["dtype"], worst["layout"], tuple(worst["shape"])))
+    for other in ("compile", "orig"):
+        if other in impls:
+            ratios = [r[other + "_ms"] / r["zgate_ms"] for r in rows]
+            slower = [r for r in rows if r["zgate_ms"] > r[other + "_ms"]]
+            print("vs %s: geomean speedup %.3fx, min %.3fx, zgate slower on %d of %d" % (
+                other, math.exp(statistics.fmean(math.log(x) for x in ratios)), min(ratios),
+                len(slower), len(rows)))
+            for r in slower:
+                print("   slower: %s %s %s zgate %.1f us, %s %.1f us" % (
+                    r["dtype"], r["layout"], tuple(r["shape"]), r["zgate_ms"] * 1e3, other, r[other + "_ms"] * 1e3))
+    print("first call (ms), per implementation, dtype and Z layout:")
+    for (impl, dname, layout), v in sorted(first.items()):
+        print("   %-8s %-5s %-6s %10.2f" % (impl, dname, layout, v))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.name, "copy_gbs": copy_gbs, "rows": rows,
+                       "first_call_ms": {"%s/%s/%s" % k: v for k, v in first.items()}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
