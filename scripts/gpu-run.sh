@@ -46,12 +46,9 @@ build() {
   echo "16-byte loads/stores in the fatbin:"; cuobjdump -sass "$BUILD"/src/libzgate.so 2>/dev/null | grep -oE "(LDG|STG)\.E\.128" | sort | uniq -c
   return 0
 }
-stage build 400 build
-stage ctest 300 ctest --test-dir "$BUILD" -V -R "cuda_gate" -E cuda_gate_big
-bench_args=(--lib "$BUILD/src/libzgate.so" --json "$OUT/bench.json" ${BENCH_ARGS:-})
-[ -d "$ORIG" ] && bench_args+=(--orig "$ORIG")
-stage bench 420 env PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py "${bench_args[@]}"
-stage big 240 "$BUILD/tests/cuda/test_cuda_gate" --big
+stage build 200 build
+stage ctest 150 ctest --test-dir "$BUILD" -V -R "cuda_gate" -E cuda_gate_big
+stage big 90 "$BUILD/tests/cuda/test_cuda_gate" --big
 sanitize() {
   local rc=0
   for tool in memcheck racecheck initcheck; do
@@ -60,7 +57,10 @@ sanitize() {
   done
   return $rc
 }
-stage sanitize 300 sanitize
+stage sanitize 150 sanitize
+bench_args=(--lib "$BUILD/src/libzgate.so" --json "$OUT/bench.json" ${BENCH_ARGS:-})
+[ -d "$ORIG" ] && bench_args+=(--orig "$ORIG")
+stage bench ${BENCH_LIMIT:-420} env PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py "${bench_args[@]}"
 
 echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
 [ -f "$OUT/bench.log" ] && sed -n '/^copy bandwidth/,$p' "$OUT/bench.log" | cut -c1-240
