@@ -88,29 +88,62 @@ static inline void v8_sigmoid_pair(__m256 z, __m256 e, __m256 elo, __m256 *s, __
   *oms = _mm256_blendv_ps(r_c, er_c, pos);
 }
 
-/* Same grouping as gate_math.h (see its comment for why): dz = (dout*o) * (s*g). The
- * product dout*o is carried with its rounding error (fma), which takes one of the
- * roundings out of dz; where dout*o is inf (overflow or inf input) the correction is NaN
- * and the plain product is kept. */
+/* Lanes whose results came out inf or NaN: redone in double from the same s and 1 - s,
+ * with gate_math.h's grouping. A float32 intermediate can overflow where the float64
+ * formula does not (dout*z = inf times s = 0 gives NaN, not 0), and inf/NaN inputs must
+ * give what the float64 formula gives. Rare, so out of line; the same in every x86 path. */
+__attribute__((noinline, cold)) static void v8_fix_lanes(__m256 *dz, __m256 *dos, __m256 dout,
+                                                         __m256 z, __m256 o, __m256 s, __m256 oms) {
+  float vdz[8], vdos[8], vd[8], vz[8], vo[8], vs[8], voms[8];
+  _mm256_storeu_ps(vdz, *dz);
+  _mm256_storeu_ps(vd, dout);
+  _mm256_storeu_ps(vz, z);
+  _mm256_storeu_ps(vo, o);
+  _mm256_storeu_ps(vs, s);
+  _mm256_storeu_ps(voms, oms);
+  if (dos) _mm256_storeu_ps(vdos, *dos);
+  for (int j = 0; j < 8; j++) {
+    double zd = vz[j], sd = vs[j];
+    if (dos) { /* bwd: dout, z, o */
+      if (isfinite(vdz[j]) && isfinite(vdos[j])) continue;
+      vdz[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+      vdos[j] = (float)(((double)vd[j] * zd) * sd);
+    } else if (!isfinite(vdz[j])) { /* fwd: out in dz, o in o */
+      vdz[j] = (float)(((double)vo[j] * zd) * sd);
+    }
+  }
+  *dz = _mm256_loadu_ps(vdz);
+  if (dos) *dos = _mm256_loadu_ps(vdos);
+}
+
+/* Any lane of v inf or NaN? (x*0 is NaN exactly then; a + b can only add false alarms.) */
+static inline int v8_any_nonfinite(__m256 v) {
+  __m256 t = _mm256_mul_ps(v, _mm256_setzero_ps());
+  return _mm256_movemask_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q)) != 0;
+}
+
+/* dz = (dout*o) * h, h = s*(1 + z*(1-s)), dos = (dout*z)*s: gate_math.h's grouping. dout*o
+ * is carried with its rounding error (fma), taking one rounding out of dz; h is formed as
+ * s + (s*z)*(1-s), rounded once where 1 + z*(1-s) then *s would round twice (a full ulp
+ * near z = 0). Lanes that come out inf or NaN are redone by v8_fix_lanes. */
 static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo, __m256 *dz,
                           __m256 *dos) {
   __m256 s, oms;
   v8_sigmoid_pair(z, e, elo, &s, &oms);
-  /* h = s * (1 + z*oms) = s + (s*z)*oms: rounded once, where forming 1 + z*oms first
-   * would round twice (a full ulp near z = 0) */
   __m256 h = _mm256_fmadd_ps(_mm256_mul_ps(s, z), oms, s);
   __m256 a = _mm256_mul_ps(dout, o);
   __m256 alo = _mm256_fmsub_ps(dout, o, a);
-  __m256 fused = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
-  __m256 plain = _mm256_mul_ps(a, h);
-  *dz = _mm256_blendv_ps(fused, plain, _mm256_cmp_ps(fused, fused, _CMP_UNORD_Q));
+  *dz = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
   *dos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
+  if (v8_any_nonfinite(_mm256_add_ps(*dz, *dos))) v8_fix_lanes(dz, dos, dout, z, o, s, oms);
 }
 
 static inline __m256 v8_fwd(__m256 o, __m256 z, __m256 e, __m256 elo) {
   __m256 s, oms;
   v8_sigmoid_pair(z, e, elo, &s, &oms);
-  return _mm256_mul_ps(_mm256_mul_ps(o, z), s);
+  __m256 out = _mm256_mul_ps(_mm256_mul_ps(o, z), s);
+  if (v8_any_nonfinite(out)) v8_fix_lanes(&out, NULL, o, z, o, s, oms);
+  return out;
 }
 
 /* Lanes [0, n) set, for 0 < n < 8. */

@@ -86,6 +86,39 @@ static inline void v16_sigmoid_pair(__m512 z, __m512 e, __m512 elo, __m512 *s, _
   *oms = _mm512_mask_blend_ps(pos, r_c, er_c);
 }
 
+/* Lanes whose results came out inf or NaN, redone in double from the same s and 1 - s
+ * (as kernels_avx2.c's v8_fix_lanes: float32 intermediates can overflow where the float64
+ * formula does not). Out of line: rare. */
+__attribute__((noinline, cold)) static void v16_fix_lanes(__m512 *dz, __m512 *dos, __m512 dout,
+                                                          __m512 z, __m512 o, __m512 s, __m512 oms) {
+  float vdz[16], vdos[16], vd[16], vz[16], vo[16], vs[16], voms[16];
+  _mm512_storeu_ps(vdz, *dz);
+  _mm512_storeu_ps(vd, dout);
+  _mm512_storeu_ps(vz, z);
+  _mm512_storeu_ps(vo, o);
+  _mm512_storeu_ps(vs, s);
+  _mm512_storeu_ps(voms, oms);
+  if (dos) _mm512_storeu_ps(vdos, *dos);
+  for (int j = 0; j < 16; j++) {
+    double zd = vz[j], sd = vs[j];
+    if (dos) {
+      if (isfinite(vdz[j]) && isfinite(vdos[j])) continue;
+      vdz[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+      vdos[j] = (float)(((double)vd[j] * zd) * sd);
+    } else if (!isfinite(vdz[j])) {
+      vdz[j] = (float)(((double)vo[j] * zd) * sd);
+    }
+  }
+  *dz = _mm512_loadu_ps(vdz);
+  if (dos) *dos = _mm512_loadu_ps(vdos);
+}
+
+/* Any lane inf or NaN? (x*0 is NaN exactly then.) */
+static inline int v16_any_nonfinite(__m512 v) {
+  __m512 t = _mm512_mul_ps(v, _mm512_setzero_ps());
+  return _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q) != 0;
+}
+
 /* dz = (dout*o) * (s + (s*z)*oms) with dout*o carried as a + alo; dos = (dout*z)*s. */
 static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo, __m512 *dz,
                            __m512 *dos) {
@@ -94,16 +127,17 @@ static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo
   __m512 h = _mm512_fmadd_ps(_mm512_mul_ps(s, z), oms, s);
   __m512 a = _mm512_mul_ps(dout, o);
   __m512 alo = _mm512_fmsub_ps(dout, o, a);
-  __m512 fused = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
-  __m512 plain = _mm512_mul_ps(a, h);
-  *dz = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(fused, fused, _CMP_UNORD_Q), fused, plain);
+  *dz = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
   *dos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
+  if (v16_any_nonfinite(_mm512_add_ps(*dz, *dos))) v16_fix_lanes(dz, dos, dout, z, o, s, oms);
 }
 
 static inline __m512 v16_fwd(__m512 o, __m512 z, __m512 e, __m512 elo) {
   __m512 s, oms;
   v16_sigmoid_pair(z, e, elo, &s, &oms);
-  return _mm512_mul_ps(_mm512_mul_ps(o, z), s);
+  __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s);
+  if (v16_any_nonfinite(out)) v16_fix_lanes(&out, NULL, o, z, o, s, oms);
+  return out;
 }
 
 /* Lanes [0, min(rem, 16)) set. */

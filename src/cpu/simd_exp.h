@@ -40,8 +40,11 @@
  *   h = s*(1 + z*(1-s)) as fma(s*z, 1-s, s)        (one rounding where 1 + z*(1-s) then *s
  *                                                   would round twice, a full ulp near z = 0)
  *   dz = (dout*o) * h with dout*o carried as a + alo (alo = fma(dout, o, -a)):
- *        dz = fma(a, h, alo*h), or a*h where that is NaN (a = inf: overflow or inf input)
+ *        dz = fma(a, h, alo*h)
  *   dout_scaled = (dout*z)*s, out = (o*z)*s        (the grouping of gate_math.h)
+ *   lanes whose dz, dout_scaled or out come out inf or NaN are redone in double from the
+ *   same s and 1 - s (a float32 intermediate can overflow where float64 does not, e.g.
+ *   dout*z = inf times s = 0; inf/NaN inputs then follow the float64 formula exactly).
  */
 #ifndef ZGATE_SIMD_EXP_H
 #define ZGATE_SIMD_EXP_H
