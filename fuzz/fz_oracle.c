@@ -1,0 +1,207 @@
+/* Values in the buffers, output poison, and the checks after a successful call.
+ *
+ * Poison is a signalling NaN of the output's dtype: arithmetic never produces one (it
+ * quiets NaNs), so an output element still holding it was not written. The value check is
+ * deliberately loose (64 ulp of the elementwise scale, 2 ulp of a half type): the accuracy
+ * tests own the exact bounds; this one catches elements written from the wrong inputs or
+ * to the wrong place, which no bound forgives. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fz_case.h"
+
+uint64_t fz_poison_bits(fz_dt dt) {
+  switch (dt) {
+    case FZ_DT_F32: return 0x7FA5A5A5u;
+    case FZ_DT_F16: return 0x7DA5u;
+    case FZ_DT_BF16: return 0x7FA5u;
+    default: return 0x7FF4A5A5A5A5A5A5ull;
+  }
+}
+
+int fz_is_poison(const unsigned char *p, fz_dt dt) {
+  uint64_t v = 0, want = fz_poison_bits(dt);
+  memcpy(&v, p, (size_t)fz_elsize(dt)); /* little-endian hosts */
+  return v == want;
+}
+
+static double half_to_double(uint16_t h) {
+  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v;
+  if (e == 0) v = ldexp(m, -24);
+  else if (e == 31) v = m ? NAN : INFINITY;
+  else v = ldexp(m + 1024, e - 25);
+  return sign ? -v : v;
+}
+
+double fz_load(const unsigned char *p, fz_dt dt) {
+  uint16_t h;
+  uint32_t u;
+  float f;
+  double d;
+  switch (dt) {
+    case FZ_DT_F32: memcpy(&f, p, 4); return f;
+    case FZ_DT_F16: memcpy(&h, p, 2); return half_to_double(h);
+    case FZ_DT_BF16: memcpy(&h, p, 2); u = (uint32_t)h << 16; memcpy(&f, &u, 4); return f;
+    default: memcpy(&d, p, 8); return d;
+  }
+}
+
+static uint64_t next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Mostly moderate values in any dtype at any offset: the high byte of each 16-bit word is
+ * a sign plus an exponent byte around 1.0 (0x3C..0x42 reads as 2^-7..2^5 in f32/bf16 and
+ * 1..8 in f16); one word in 16 is fully random, which brings inf, NaN and subnormals. */
+static void fill(unsigned char *b, int64_t n, uint64_t *s) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = next(s);
+    if ((i & 1) && (r & 15) != 0)
+      b[i] = (unsigned char)((((r >> 4) & 1) << 7) | (0x3C + (r >> 5) % 7));
+    else
+      b[i] = (unsigned char)(r >> 16);
+  }
+}
+
+void fz_fill_and_poison(fz_case *c) {
+  uint64_t s = c->seed | 1;
+  for (int k = 0; k < c->n_buf; k++) fill(c->buf[k], c->buf_size[k], &s);
+  for (int o = c->n_in; o < c->n_t; o++) {
+    const fz_tensor *t = &c->t[o];
+    const fz_info *in = &c->info[o];
+    if (!t->present || t->buf < 0 || !in->shape_ok || in->dt == FZ_DT_OTHER) continue;
+    if (in->numel == 0 || in->numel > FZ_CAP || in->end > c->buf_size[t->buf]) continue;
+    if (o == 4 && c->inplace_sem) continue; /* dos is dout: keep dout's values */
+    int neg = 0;
+    for (int d = 0; d < 4; d++) neg |= in->stride[d] < 0;
+    if (neg) continue;
+    uint64_t pb = fz_poison_bits(in->dt);
+    const int64_t *n = t->dl.shape;
+    int64_t idx[4];
+    for (idx[0] = 0; idx[0] < n[0]; idx[0]++)
+      for (idx[1] = 0; idx[1] < n[1]; idx[1]++)
+        for (idx[2] = 0; idx[2] < n[2]; idx[2]++)
+          for (idx[3] = 0; idx[3] < n[3]; idx[3]++)
+            memcpy(c->buf[t->buf] + fz_elem_off(in, idx), &pb, (size_t)in->elsize);
+  }
+}
+
+static double ulp_at(double x, int mant_bits, int min_exp) {
+  x = fabs(x);
+  int e;
+  if (!(x < INFINITY)) return INFINITY;
+  frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
+  if (x == 0 || e - 1 < min_exp) e = min_exp + 1;
+  return ldexp(1.0, e - 1 - mant_bits);
+}
+static double ulp32(double x) { return ulp_at(x, 23, -126); }
+static double ulp_type(double x, fz_dt dt) {
+  switch (dt) {
+    case FZ_DT_F16: return ulp_at(x, 10, -14);
+    case FZ_DT_BF16: return ulp_at(x, 7, -126);
+    case FZ_DT_F64: return ulp_at(x, 52, -1022);
+    default: return ulp32(x);
+  }
+}
+
+static int tame(double x) { return fabs(x) <= 64; } /* false for inf and NaN */
+
+typedef struct fz_elem_ref {
+  double val, scale;
+  int nan_in; /* an input this output depends on is NaN */
+  int tame;
+} fz_elem_ref;
+
+static void reference(double dout, double z, double o, int which, fz_elem_ref *r) {
+  double e = exp(-fabs(z)), q = 1.0 / (1.0 + e);
+  double s = z >= 0 ? q : e * q, oms = z >= 0 ? e * q : q;
+  switch (which) {
+    case 0: /* dz */
+      r->val = dout * o * (s * (1.0 + z * oms));
+      r->scale = fabs(dout * o) * s * (1.0 + fabs(z) * oms);
+      r->nan_in = isnan(dout) || isnan(z) || isnan(o);
+      r->tame = tame(dout) && tame(z) && tame(o);
+      break;
+    case 1: /* dout_scaled */
+      r->val = dout * z * s;
+      r->scale = fabs(dout * z) * s;
+      r->nan_in = isnan(dout) || isnan(z);
+      r->tame = tame(dout) && tame(z);
+      break;
+    default: /* fwd out */
+      r->val = o * z * s;
+      r->scale = fabs(o * z) * s;
+      r->nan_in = isnan(o) || isnan(z);
+      r->tame = tame(o) && tame(z);
+      break;
+  }
+}
+
+static const char *check_elem(const fz_elem_ref *r, double got, fz_dt dt) {
+  if (r->nan_in && !isnan(got)) return "a NaN input gave a non-NaN output";
+  if (!r->tame) return NULL;
+  double tol = 64 * ulp32(r->scale) + 64 * 0x1p-149;
+  if (dt == FZ_DT_F16 || dt == FZ_DT_BF16) tol += 2 * ulp_type(r->val, dt);
+  if (dt == FZ_DT_F64) tol = 64 * ulp_type(r->scale, dt) + 0x1p-1000;
+  if (!(fabs(got - r->val) <= tol)) return "an output element is far from the float64 formula";
+  return NULL;
+}
+
+const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
+  const char *bad = NULL;
+  const int bwd = c->n_t == 5;
+  uint8_t *cover[FZ_MAX_BUF] = {0};
+  for (int k = 0; k < c->n_buf; k++) cover[k] = calloc(1, (size_t)c->buf_size[k] + 1);
+  const int64_t *n = c->shape;
+  int64_t idx[4];
+  if (c->info[0].numel > 0)
+    for (idx[0] = 0; idx[0] < n[0]; idx[0]++)
+      for (idx[1] = 0; idx[1] < n[1]; idx[1]++)
+        for (idx[2] = 0; idx[2] < n[2]; idx[2]++)
+          for (idx[3] = 0; idx[3] < n[3]; idx[3]++) {
+            double in[3];
+            for (int i = 0; i < c->n_in; i++) {
+              const fz_info *fi = &c->info[i];
+              in[i] = fz_load(snap[c->t[i].buf] + fz_elem_off(fi, idx), fi->dt);
+            }
+            /* bwd inputs (dout, z, o); fwd inputs (o, z) */
+            double dout = bwd ? in[0] : 0, z = in[1], o = bwd ? in[2] : in[0];
+            for (int out = c->n_in; out < c->n_t; out++) {
+              const fz_info *fi = &c->info[out];
+              int64_t off = fz_elem_off(fi, idx);
+              unsigned char *p = c->buf[c->t[out].buf] + off;
+              memset(cover[c->t[out].buf] + off, 1, (size_t)fi->elsize);
+              const char *why = NULL;
+              if (!(out == 4 && c->inplace_sem) && fz_is_poison(p, fi->dt))
+                why = "an output element was not written (still poisoned)";
+              fz_elem_ref r;
+              reference(dout, z, o, bwd ? out - 3 : 2, &r);
+              double got = fz_load(p, fi->dt);
+              if (!why) why = check_elem(&r, got, fi->dt);
+              if (why && !bad) {
+                bad = why;
+                fprintf(stderr,
+                        "element (%lld,%lld,%lld,%lld) of t%d: got %.17g, float64 formula %.17g "
+                        "(scale %.3g), inputs dout %.9g z %.9g o %.9g\n",
+                        (long long)idx[0], (long long)idx[1], (long long)idx[2],
+                        (long long)idx[3], out, got, r.val, r.scale, dout, z, o);
+              }
+            }
+          }
+  for (int k = 0; k < c->n_buf && !bad; k++)
+    for (int64_t i = 0; i < c->buf_size[k]; i++)
+      if (!cover[k][i] && c->buf[k][i] != snap[k][i]) {
+        fprintf(stderr, "buffer %d byte %lld changed (%#x -> %#x)\n", k, (long long)i,
+                snap[k][i], c->buf[k][i]);
+        bad = "a byte outside every output element changed";
+        break;
+      }
+  for (int k = 0; k < c->n_buf; k++) free(cover[k]);
+  return bad;
+}
