@@ -28,6 +28,10 @@ typedef struct bench_cfg {
 
 /* Small enough that the whole default suite runs in well under a minute on two cores. */
 static const int64_t default_shapes[][4] = {{2, 2048, 24, 64}, {2, 2048, 40, 80}, {4, 4096, 32, 64}};
+/* On a GPU the realistic training shapes (bf16 moves 63 MB to 1.3 GB per call). */
+static const int64_t default_cuda_shapes[][4] = {{2, 2048, 24, 64},  {2, 2048, 40, 80},  {16, 2345, 32, 64},
+                                                 {4, 4096, 64, 64},  {4, 4096, 48, 96},  {2, 8192, 32, 128},
+                                                 {1, 32768, 64, 64}};
 static const char *const default_dtypes[] = {"bf16", "f32"};
 
 static void usage(FILE *f) {
@@ -41,8 +45,9 @@ static void usage(FILE *f) {
           "Prints a table, writes JSON and a PNG chart (the chart needs gnuplot).\n"
           "\n"
           "options:\n"
-          "  --shape B,L,H,D    a shape; repeat for several (default: (2,2048,24,64),\n"
-          "                     (2,2048,40,80), (4,4096,32,64))\n"
+          "  --shape B,L,H,D    a shape; repeat for several (default on the CPU: (2,2048,24,64),\n"
+          "                     (2,2048,40,80), (4,4096,32,64); on CUDA the seven realistic\n"
+          "                     training shapes, (2,2048,24,64) to (1,32768,64,64))\n"
           "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,... (repeat for\n"
           "                     several; default: bf16 and f32)\n"
           "  --layout LIST      dense,zview,permuted,inplace or all (default dense,zview)\n"
@@ -343,10 +348,7 @@ int cli_cmd_bench(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   if (pr) return pr;
-  if (cfg.nshapes == 0) {
-    cfg.nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
-    memcpy(cfg.shapes, default_shapes, sizeof default_shapes);
-  }
+  const int user_shapes = cfg.nshapes > 0;
   if (cfg.ndtypes == 0) {
     cfg.ndtypes = (int)(sizeof default_dtypes / sizeof default_dtypes[0]);
     for (int i = 0; i < cfg.ndtypes; i++) cli_parse_dtypes("bench", default_dtypes[i], &cfg.dtypes[i]);
@@ -365,7 +367,7 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   if (nbe <= 0) return CLI_EXIT_USAGE;
 
-  int nres = 0, cap = nbe * cfg.nshapes * cfg.ndtypes * CLI_NLAYOUTS * 2;
+  int nres = 0, cap = nbe * MAX_SHAPES * cfg.ndtypes * CLI_NLAYOUTS * 2;
   bench_result *res = calloc((size_t)cap, sizeof *res);
   if (!res) {
     cli_error("bench", "out of memory");
@@ -374,6 +376,13 @@ int cli_cmd_bench(int argc, char **argv) {
   for (int ib = 0; ib < nbe; ib++)
     for (int op = 0; op < 2; op++) {
       if (!(cfg.ops & (1 << op))) continue;
+      if (!user_shapes) { /* each backend's default problem */
+        const int cuda = be[ib].is_cuda;
+        cfg.nshapes = cuda ? (int)(sizeof default_cuda_shapes / sizeof default_cuda_shapes[0])
+                           : (int)(sizeof default_shapes / sizeof default_shapes[0]);
+        memcpy(cfg.shapes, cuda ? (const void *)default_cuda_shapes : (const void *)default_shapes,
+               (size_t)cfg.nshapes * sizeof cfg.shapes[0]);
+      }
       for (int is = 0; is < cfg.nshapes; is++)
         for (int id = 0; id < cfg.ndtypes; id++)
           for (int il = 0; il < CLI_NLAYOUTS; il++) {
