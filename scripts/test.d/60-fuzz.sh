@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Stage: the libFuzzer target on zgate's API validation (fuzz/, docs/reliability.md).
+# clang build with -DZGATE_FUZZ=ON, ASan + UBSan on the library and the harness, no CUDA
+# (CUDA tensors are fuzzed as validation only). First the committed seed corpus is replayed
+# as a ctest test (fuzz_corpus_replay), then the fuzzer runs for ZGATE_FUZZ_SECONDS (60)
+# from a copy of the corpus in a temporary folder, so nothing is written into the repo.
+# Any crash, leak, sanitizer report or harness contract violation fails the stage; the
+# failing input is kept under build/ci-fuzz/artifacts/ and printed in base64.
+# Needs clang's runtime (Debian libclang-rt-14-dev). Own build dir: build/ci-fuzz.
+# Budget: about 3 min on 2 cores (build ~1 min, replay seconds, fuzzing 60 s).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/ci-fuzz
+seconds=${ZGATE_FUZZ_SECONDS:-60}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  -DZGATE_SANITIZE=address,undefined -DZGATE_FUZZ=ON -DZGATE_CUDA=OFF -DZGATE_BUILD_TESTS=ON \
+  -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_TEST_WRAPPER= >/dev/null
+cmake --build "$build" -j2 --target zgate_fuzz_api zgate_fuzz_replay
+
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+(cd "$build" && ctest -R '^fuzz_corpus_replay$' --output-on-failure)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus" "$build/artifacts"
+cp fuzz/corpus/* "$work/corpus/"
+log="$build/fuzz.log"
+echo "60-fuzz: fuzzing for ${seconds} s from $(ls fuzz/corpus | wc -l) seeds (log: $log)"
+rc=0
+timeout $((seconds + 120)) "$build/fuzz/zgate_fuzz_api" "$work/corpus" \
+  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=512 \
+  -artifact_prefix="$build/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
+if [ $rc -ne 0 ]; then
+  echo "60-fuzz: FAILED (exit $rc); the report:"
+  grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse)' "$log" | tail -60
+  for a in "$build"/artifacts/*; do [ -f "$a" ] && echo "input $a: $(base64 -w0 "$a")"; done
+  exit 1
+fi
+echo "60-fuzz: no crash, leak, sanitizer report or contract violation in ${seconds} s"
