@@ -247,6 +247,8 @@ static void load_bf16(float *dst, const void *src, int64_t n, int64_t stride) {
 }
 
 /* ---- stores: narrow with round-to-nearest-even ------------------------------------------ */
+/* No fence here: cpu_loop.c issues one sfence per thread after its last store of the call
+ * (cpu_kernels.h). An sfence per 512-element store halved single-thread NT write speed. */
 
 /* Elements to store normally before dst + head is 64-byte aligned (a whole cache line per
  * run of non-temporal stores, so write-combining flushes full lines). */
@@ -289,7 +291,6 @@ static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, in
     __m256i m = v8_tail_mask(n - i);
     _mm256_maskstore_ps(d + i, m, _mm256_maskload_ps(src + i, m));
   }
-  if (streaming) _mm_sfence();
 }
 
 static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
@@ -309,7 +310,6 @@ static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, in
   }
   for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), v8_to_f16(_mm256_loadu_ps(src + i)));
   for (; i < n; i++) d[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-  if (streaming) _mm_sfence();
 }
 
 static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
@@ -329,7 +329,6 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
   }
   for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), v8_to_bf16(_mm256_loadu_ps(src + i)));
   for (; i < n; i++) d[i] = zg_f32_to_bf16(src[i]);
-  if (streaming) _mm_sfence();
 }
 
 /* ---- the table -------------------------------------------------------------------------- */

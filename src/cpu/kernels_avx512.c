@@ -233,6 +233,8 @@ static void load_bf16(float *dst, const void *src, int64_t n, int64_t stride) {
 }
 
 /* ---- stores: narrow with round-to-nearest-even ------------------------------------------ */
+/* No fence here: cpu_loop.c issues one sfence per thread after its last store of the call
+ * (cpu_kernels.h). An sfence per 512-element store halved single-thread NT write speed. */
 
 /* Elements to store normally before dst + head is 64-byte aligned (whole cache lines for
  * the non-temporal stores). */
@@ -271,7 +273,6 @@ static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, in
     __mmask16 k = v16_mask(n - i);
     _mm512_mask_storeu_ps(d + i, k, _mm512_maskz_loadu_ps(k, src + i));
   }
-  if (streaming) _mm_sfence();
 }
 
 static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
@@ -298,7 +299,6 @@ static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, in
     __mmask16 k = v16_mask(n - i);
     _mm256_mask_storeu_epi16(d + i, k, v16_to_f16(_mm512_maskz_loadu_ps(k, src + i)));
   }
-  if (streaming) _mm_sfence();
 }
 
 static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
@@ -325,7 +325,6 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
     __mmask16 k = v16_mask(n - i);
     _mm256_mask_storeu_epi16(d + i, k, v16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
   }
-  if (streaming) _mm_sfence();
 }
 
 /* ---- the table -------------------------------------------------------------------------- */
