@@ -28,8 +28,12 @@ int cli_cmd_info(int argc, char **argv) {
     if (zgate_cpu_isa_available(cli_cpu_isas[i])) printf(" %s", cli_cpu_isas[i]);
   printf("\n");
   const char *env = getenv("ZGATE_CPU_ISA");
-  printf("CPU path chosen:    %s%s%s%s\n", zgate_cpu_isa_chosen(), env ? " (ZGATE_CPU_ISA=" : " (best available)",
-         env ? env : "", env ? ")" : "");
+  const char *chosen = zgate_cpu_isa_chosen();
+  if (strstr(chosen, "ZGATE_CPU_ISA")) printf("CPU path chosen:    %s\n", chosen);
+  else printf("CPU path chosen:    %s%s%s%s\n", chosen, env ? " (ZGATE_CPU_ISA=" : " (best available)", env ? env : "",
+              env ? ")" : "");
+  if (!zgate_cpu_isa_available(chosen))
+    printf("                    (calls without opts.cpu_isa will fail: set ZGATE_CPU_ISA to a runnable path, or unset it)\n");
   printf("CPU threads:        %d (OpenMP default; OMP_NUM_THREADS or --threads change it)\n", cli_max_threads());
   if (!zgate_cuda_built()) {
     printf("CUDA:               not built into this zgate\n");
