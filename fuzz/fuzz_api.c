@@ -27,7 +27,10 @@ static void fail(const fz_case *c, int status, const char *what) {
 
 static int call(const fz_case *c) {
   const DLTensor *t[FZ_MAX_T] = {0};
-  for (int i = 0; i < c->n_t; i++) t[i] = c->t[i].present ? &c->t[i].dl : NULL;
+  for (int i = 0; i < c->n_t; i++) {
+    const fz_tensor *ft = &c->t[i];
+    t[i] = !ft->present ? NULL : ft->same_ptr ? &c->t[ft->clone_of].dl : &ft->dl;
+  }
   const zgate_options *opts = c->opts_null ? NULL : (const zgate_options *)(const void *)c->opts_mem;
   switch (c->op) {
     case FZ_BWD: return zgate_bwd(t[0], t[1], t[2], (DLTensor *)t[3], (DLTensor *)t[4], opts);

@@ -166,6 +166,7 @@ static int first_dim_over_1(const fz_tensor *t) {
 static void inject(fz_case *c) {
   int ti = (c->inject >> 4) % c->n_t;
   fz_tensor *t = &c->t[ti];
+  t->same_ptr = 0; /* the defect must reach the library through this tensor's own struct */
   int d, kind = (c->inject & 15) % 12;
   switch (kind) {
     case 1: t->dl.dtype.code = kDLInt; return;
@@ -347,10 +348,10 @@ static void dump_tensor(const fz_case *c, int ti) {
   const fz_info *in = &c->info[ti];
   fprintf(stderr, "  t%d%s", ti, is_out(c, ti) ? " (out)" : "");
   if (!t->present) { fprintf(stderr, ": NULL\n"); return; }
-  fprintf(stderr, ": ndim %d dtype (%u,%u,%u) dev (%d,%d) buf %d data_off %lld byte_offset %llu clone_of %d",
+  fprintf(stderr, ": ndim %d dtype (%u,%u,%u) dev (%d,%d) buf %d data_off %lld byte_offset %llu clone_of %d%s",
           t->dl.ndim, t->dl.dtype.code, t->dl.dtype.bits, t->dl.dtype.lanes,
           (int)t->dl.device.device_type, t->dl.device.device_id, t->buf, (long long)t->data_off,
-          (unsigned long long)t->dl.byte_offset, t->clone_of);
+          (unsigned long long)t->dl.byte_offset, t->clone_of, t->same_ptr ? " (same pointer)" : "");
   if (t->dl.shape && t->dl.ndim == 4)
     fprintf(stderr, " shape (%lld,%lld,%lld,%lld)", (long long)t->dl.shape[0],
             (long long)t->dl.shape[1], (long long)t->dl.shape[2], (long long)t->dl.shape[3]);

@@ -76,6 +76,7 @@ typedef struct fz_tensor {
   int64_t data_off;    /* data = buffer + data_off */
   DLTensor dl;         /* shape/strides: exactly-sized heap arrays (ASan sees overreads) */
   int owns_arrays;     /* 0 when dl.shape/dl.strides are borrowed from clone_of */
+  int same_ptr;        /* an exact clone passed as clone_of's very DLTensor pointer */
 } fz_tensor;
 
 /* What the harness works out about one tensor (all arithmetic exact, in __int128). */

@@ -136,7 +136,8 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
   uint8_t place = b[FZ_R_PLACE];
   if (place >= 208 && place < 240 && ti > 0) {
     /* A copy of an earlier tensor's memory description; DOFF's bits say what differs:
-     * bit0 own shape/stride arrays, bit1 own dtype, bit2 own strides, bit3 +delta. */
+     * bit0 own shape/stride arrays, bit1 own dtype, bit2 own strides, bit3 +delta;
+     * bit4 alone: pass the earlier tensor's very DLTensor pointer. */
     int src = (place - 208) % ti;
     fz_tensor *s = &c->t[src];
     if (s->present) {
@@ -144,6 +145,7 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
       *t = *s;
       t->clone_of = src;
       t->owns_arrays = 0;
+      t->same_ptr = (f & 31) == 16;
       if (f & 1) {
         if (t->dl.shape) t->dl.shape = heap_copy(s->dl.shape, t->dl.ndim > 0 ? t->dl.ndim : 0);
         if (t->dl.strides) t->dl.strides = heap_copy(s->dl.strides, t->dl.ndim > 0 ? t->dl.ndim : 0);

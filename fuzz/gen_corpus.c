@@ -82,6 +82,7 @@ int main(int argc, char **argv) {
   start(&s, FZ_BWD, 4, sz(2), sz(3), sz(1), sz(12));
   rec(&s, 4)[FZ_R_PLACE] = 208; /* clone of tensor 0: in place */
   emit(&s, "bwd-inplace");
+  rec(&s, 4)[FZ_R_DOFF] = 16; emit(&s, "bwd-inplace-same-pointer");
   start(&s, FZ_BWD, 4, sz(2), sz(3), sz(1), sz(12)); dtypes(&s, "21122");
   rec(&s, 0)[FZ_R_STRIDES] = FZ_L_PADDED; rec(&s, 0)[FZ_R_SP1] = 0x33;
   rec(&s, 4)[FZ_R_PLACE] = 208; rec(&s, 4)[FZ_R_DOFF] = 1; /* in place, own arrays */
@@ -111,6 +112,8 @@ int main(int argc, char **argv) {
   /* ---- bad input ---- */
   start(&s, FZ_BWD, 4, sz(2), sz(3), sz(2), sz(8));
   rec(&s, 3)[FZ_R_PLACE] = 208; emit(&s, "bad-dz-is-dout");
+  rec(&s, 3)[FZ_R_DOFF] = 16; rec(&s, 4)[FZ_R_PLACE] = 211; rec(&s, 4)[FZ_R_DOFF] = 16;
+  emit(&s, "bad-dz-dos-same-pointer");
   start(&s, FZ_BWD, 4, sz(2), sz(3), sz(2), sz(8)); dtypes(&s, "00002");
   rec(&s, 4)[FZ_R_PLACE] = 208; rec(&s, 4)[FZ_R_DOFF] = 2; emit(&s, "bad-inplace-dtype");
   start(&s, FZ_BWD, 4, sz(2), sz(3), sz(2), sz(8));
