@@ -19,7 +19,9 @@ void cli_stream_ceiling(const void *a, const void *b, const void *c, void *d, vo
   __m128i *pd = d, *pe = e;
   const int64_t n = (int64_t)(bytes / 16);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
+  /* Below 1 MB an array, waking threads costs more than it brings (zgate itself hands out
+   * work in items of 32768 elements), so small problems run on one thread. */
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads()) if (n >= 65536)
 #endif
   for (int64_t i = 0; i < n; i++) {
     __m128i x = _mm_load_si128(pa + i), y = _mm_load_si128(pb + i), z = _mm_load_si128(pc + i);
@@ -33,7 +35,7 @@ void cli_stream_ceiling(const void *a, const void *b, const void *c, void *d, vo
   uint64_t *pd = d, *pe = e;
   const int64_t n = (int64_t)(bytes / 8);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads()) if (n >= 131072)
 #endif
   for (int64_t i = 0; i < n; i++) {
     pd[i] = pa[i] ^ pb[i];
