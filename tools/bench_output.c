@@ -1,6 +1,7 @@
 /* Outputs of `zgate bench`: a JSON file with every measurement, and a PNG chart (achieved
  * GB/s against the ceiling of the same run, per configuration, one panel per backend) drawn
  * by gnuplot from a data file and a script written next to the PNG. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, access under -std=c11 */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

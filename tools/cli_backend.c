@@ -2,6 +2,7 @@
  * calls the tool needs. The tool stays plain C: with ZGATE_CLI_CUDA it includes the CUDA
  * runtime's C header and links cudart; without it, the CUDA calls are stubs reporting no
  * device. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, access under -std=c11 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
