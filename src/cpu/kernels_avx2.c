@@ -83,37 +83,37 @@ static inline void v8_sigmoid_pair(__m256 z, __m256 e, __m256 elo, __m256 *s, __
   __m256 erlo = _mm256_fmadd_ps(elo, r, _mm256_fmsub_ps(e, r, er)); /* E*r - er */
   __m256 r_c = _mm256_fmadd_ps(r, res, r);
   __m256 er_c = _mm256_add_ps(er, _mm256_fmadd_ps(er, res, erlo));
-  __m256 pos = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ);
-  *s = _mm256_blendv_ps(er_c, r_c, pos);
-  *oms = _mm256_blendv_ps(r_c, er_c, pos);
+  /* blendv picks by the sign bit: z < 0 (and -0, where both choices are 1/2) takes e*r */
+  *s = _mm256_blendv_ps(r_c, er_c, z);
+  *oms = _mm256_blendv_ps(er_c, r_c, z);
 }
 
 /* Lanes whose results came out inf or NaN: redone in double from the same s and 1 - s,
  * with gate_math.h's grouping. A float32 intermediate can overflow where the float64
  * formula does not (dout*z = inf times s = 0 gives NaN, not 0), and inf/NaN inputs must
- * give what the float64 formula gives. Rare, so out of line; the same in every x86 path. */
-__attribute__((noinline, cold)) static void v8_fix_lanes(__m256 *dz, __m256 *dos, __m256 dout,
-                                                         __m256 z, __m256 o, __m256 s, __m256 oms) {
-  float vdz[8], vdos[8], vd[8], vz[8], vo[8], vs[8], voms[8];
-  _mm256_storeu_ps(vdz, *dz);
+ * give what the float64 formula gives. Rare, so out of line (and by value, so the hot path
+ * keeps its registers); the same in every x86 path. which: 0 dz, 1 dout_scaled, 2 fwd out. */
+__attribute__((noinline, cold)) static __m256 v8_fix_lanes(int which, __m256 v, __m256 dout,
+                                                           __m256 z, __m256 o, __m256 s,
+                                                           __m256 oms) {
+  float vv[8], vd[8], vz[8], vo[8], vs[8], voms[8];
+  _mm256_storeu_ps(vv, v);
   _mm256_storeu_ps(vd, dout);
   _mm256_storeu_ps(vz, z);
   _mm256_storeu_ps(vo, o);
   _mm256_storeu_ps(vs, s);
   _mm256_storeu_ps(voms, oms);
-  if (dos) _mm256_storeu_ps(vdos, *dos);
   for (int j = 0; j < 8; j++) {
+    if (isfinite(vv[j])) continue;
     double zd = vz[j], sd = vs[j];
-    if (dos) { /* bwd: dout, z, o */
-      if (isfinite(vdz[j]) && isfinite(vdos[j])) continue;
-      vdz[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
-      vdos[j] = (float)(((double)vd[j] * zd) * sd);
-    } else if (!isfinite(vdz[j])) { /* fwd: out in dz, o in o */
-      vdz[j] = (float)(((double)vo[j] * zd) * sd);
-    }
+    if (which == 0)
+      vv[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+    else if (which == 1)
+      vv[j] = (float)(((double)vd[j] * zd) * sd);
+    else
+      vv[j] = (float)(((double)vo[j] * zd) * sd);
   }
-  *dz = _mm256_loadu_ps(vdz);
-  if (dos) *dos = _mm256_loadu_ps(vdos);
+  return _mm256_loadu_ps(vv);
 }
 
 /* Any lane of v inf or NaN? (x*0 is NaN exactly then; a + b can only add false alarms.) */
@@ -133,16 +133,21 @@ static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo,
   __m256 h = _mm256_fmadd_ps(_mm256_mul_ps(s, z), oms, s);
   __m256 a = _mm256_mul_ps(dout, o);
   __m256 alo = _mm256_fmsub_ps(dout, o, a);
-  *dz = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
-  *dos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
-  if (v8_any_nonfinite(_mm256_add_ps(*dz, *dos))) v8_fix_lanes(dz, dos, dout, z, o, s, oms);
+  __m256 vdz = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
+  __m256 vdos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
+  if (v8_any_nonfinite(_mm256_add_ps(vdz, vdos))) {
+    vdz = v8_fix_lanes(0, vdz, dout, z, o, s, oms);
+    vdos = v8_fix_lanes(1, vdos, dout, z, o, s, oms);
+  }
+  *dz = vdz;
+  *dos = vdos;
 }
 
 static inline __m256 v8_fwd(__m256 o, __m256 z, __m256 e, __m256 elo) {
   __m256 s, oms;
   v8_sigmoid_pair(z, e, elo, &s, &oms);
   __m256 out = _mm256_mul_ps(_mm256_mul_ps(o, z), s);
-  if (v8_any_nonfinite(out)) v8_fix_lanes(&out, NULL, o, z, o, s, oms);
+  if (v8_any_nonfinite(out)) out = v8_fix_lanes(2, out, o, z, o, s, oms);
   return out;
 }
 

@@ -81,36 +81,37 @@ static inline void v16_sigmoid_pair(__m512 z, __m512 e, __m512 elo, __m512 *s, _
   __m512 erlo = _mm512_fmadd_ps(elo, r, _mm512_fmsub_ps(e, r, er));
   __m512 r_c = _mm512_fmadd_ps(r, res, r);
   __m512 er_c = _mm512_add_ps(er, _mm512_fmadd_ps(er, res, erlo));
-  __mmask16 pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
-  *s = _mm512_mask_blend_ps(pos, er_c, r_c);
-  *oms = _mm512_mask_blend_ps(pos, r_c, er_c);
+  /* select by the sign bit of z, as the avx2 path's blendv does (z = -0 and negative NaNs
+   * take e*r: the same bits in both paths) */
+  __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
+  *s = _mm512_mask_blend_ps(neg, r_c, er_c);
+  *oms = _mm512_mask_blend_ps(neg, er_c, r_c);
 }
 
 /* Lanes whose results came out inf or NaN, redone in double from the same s and 1 - s
  * (as kernels_avx2.c's v8_fix_lanes: float32 intermediates can overflow where the float64
- * formula does not). Out of line: rare. */
-__attribute__((noinline, cold)) static void v16_fix_lanes(__m512 *dz, __m512 *dos, __m512 dout,
-                                                          __m512 z, __m512 o, __m512 s, __m512 oms) {
-  float vdz[16], vdos[16], vd[16], vz[16], vo[16], vs[16], voms[16];
-  _mm512_storeu_ps(vdz, *dz);
+ * formula does not). Out of line and by value: rare. which: 0 dz, 1 dout_scaled, 2 out. */
+__attribute__((noinline, cold)) static __m512 v16_fix_lanes(int which, __m512 v, __m512 dout,
+                                                            __m512 z, __m512 o, __m512 s,
+                                                            __m512 oms) {
+  float vv[16], vd[16], vz[16], vo[16], vs[16], voms[16];
+  _mm512_storeu_ps(vv, v);
   _mm512_storeu_ps(vd, dout);
   _mm512_storeu_ps(vz, z);
   _mm512_storeu_ps(vo, o);
   _mm512_storeu_ps(vs, s);
   _mm512_storeu_ps(voms, oms);
-  if (dos) _mm512_storeu_ps(vdos, *dos);
   for (int j = 0; j < 16; j++) {
+    if (isfinite(vv[j])) continue;
     double zd = vz[j], sd = vs[j];
-    if (dos) {
-      if (isfinite(vdz[j]) && isfinite(vdos[j])) continue;
-      vdz[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
-      vdos[j] = (float)(((double)vd[j] * zd) * sd);
-    } else if (!isfinite(vdz[j])) {
-      vdz[j] = (float)(((double)vo[j] * zd) * sd);
-    }
+    if (which == 0)
+      vv[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+    else if (which == 1)
+      vv[j] = (float)(((double)vd[j] * zd) * sd);
+    else
+      vv[j] = (float)(((double)vo[j] * zd) * sd);
   }
-  *dz = _mm512_loadu_ps(vdz);
-  if (dos) *dos = _mm512_loadu_ps(vdos);
+  return _mm512_loadu_ps(vv);
 }
 
 /* Any lane inf or NaN? (x*0 is NaN exactly then.) */
@@ -127,16 +128,21 @@ static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo
   __m512 h = _mm512_fmadd_ps(_mm512_mul_ps(s, z), oms, s);
   __m512 a = _mm512_mul_ps(dout, o);
   __m512 alo = _mm512_fmsub_ps(dout, o, a);
-  *dz = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
-  *dos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
-  if (v16_any_nonfinite(_mm512_add_ps(*dz, *dos))) v16_fix_lanes(dz, dos, dout, z, o, s, oms);
+  __m512 vdz = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
+  __m512 vdos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
+  if (v16_any_nonfinite(_mm512_add_ps(vdz, vdos))) {
+    vdz = v16_fix_lanes(0, vdz, dout, z, o, s, oms);
+    vdos = v16_fix_lanes(1, vdos, dout, z, o, s, oms);
+  }
+  *dz = vdz;
+  *dos = vdos;
 }
 
 static inline __m512 v16_fwd(__m512 o, __m512 z, __m512 e, __m512 elo) {
   __m512 s, oms;
   v16_sigmoid_pair(z, e, elo, &s, &oms);
   __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s);
-  if (v16_any_nonfinite(out)) v16_fix_lanes(&out, NULL, o, z, o, s, oms);
+  if (v16_any_nonfinite(out)) out = v16_fix_lanes(2, out, o, z, o, s, oms);
   return out;
 }
 
