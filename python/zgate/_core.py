@@ -275,7 +275,11 @@ def _empty_like(kind, x, desc, dtype=None):
         dev = getattr(x, "device", None)
         if dev is None or callable(dev):
             dev = next(iter(x.devices()))
-        y = jax.device_put(jnp.empty(shape, dtype=dtype or x.dtype), dev)
+        try:
+            y = jnp.empty(shape, dtype=dtype or x.dtype, device=dev)
+        except TypeError:   # older JAX: no device= here
+            y = jax.device_put(jnp.empty(shape, dtype=dtype or x.dtype), dev)
+        # A fresh buffer nobody else holds; it must exist before we write into it.
         return y.block_until_ready()
     if desc[1] == _dlpack.KDL_CPU:
         import numpy

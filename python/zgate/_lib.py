@@ -49,6 +49,9 @@ class Error(ValueError):
         code = "" if status is None else " (%d)" % int(status)
         super().__init__("%s%s: %s" % (self.status_name, code, message))
 
+    def __reduce__(self):
+        return (type(self), (self.status, self.message))
+
 
 def _candidates():
     """Where the library is looked for, in order."""

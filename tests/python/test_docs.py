@@ -1,0 +1,54 @@
+"""The Python code blocks of docs/api.md's "## Python API" section run, so they cannot rot."""
+import importlib.util
+import os
+import re
+
+import pytest
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "api.md")
+
+
+def _blocks():
+    if not os.path.exists(DOC):
+        return []
+    text = open(DOC).read()
+    start = text.find("## Python API")
+    if start < 0:
+        return []
+    section = text[start:]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _missing(code):
+    for mod in ("torch", "cupy", "jax", "ml_dtypes"):
+        if re.search(r"^\s*import [^\n]*\b%s\b|^\s*from %s\b" % (mod, mod), code, re.M):
+            if importlib.util.find_spec(mod) is None:
+                return "%s is not installed" % mod
+    if "cupy" in code:
+        import cupy
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                return "no CUDA device"
+        except Exception:
+            return "no CUDA device"
+        import zgate
+        if not zgate.info()["cuda_built"]:
+            return "libzgate was built without CUDA"
+    return None
+
+
+BLOCKS = _blocks()
+
+
+def test_the_section_has_examples():
+    if not os.path.exists(DOC):
+        pytest.skip("docs/api.md not next to the tests")
+    assert len(BLOCKS) >= 4
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=["block%d" % i for i in range(len(BLOCKS))])
+def test_doc_block_runs(code):
+    why = _missing(code)
+    if why:
+        pytest.skip(why)
+    exec(compile(code, "docs/api.md (Python API)", "exec"), {"__name__": "__doc_example__"})
