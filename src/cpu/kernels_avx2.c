@@ -243,11 +243,20 @@ static void load_f16(float *dst, const void *src, int64_t n, int64_t stride) {
 static void load_bf16(float *dst, const void *src, int64_t n, int64_t stride) {
   const uint16_t *s = (const uint16_t *)src;
   int64_t i = 0;
-  if (stride == 1)
+  if (stride == 1) {
+    /* 16 at a time: put qwords in order 0 2 1 3, then interleaving zeros below each 16-bit
+     * value (per 128-bit lane) gives elements 0-7 and 8-15 already shifted into place */
+    const __m256i zero = _mm256_setzero_si256();
+    for (; i + 16 <= n; i += 16) {
+      __m256i w = _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)(s + i)), 0xd8);
+      _mm256_storeu_si256((__m256i *)(dst + i), _mm256_unpacklo_epi16(zero, w));
+      _mm256_storeu_si256((__m256i *)(dst + i + 8), _mm256_unpackhi_epi16(zero, w));
+    }
     for (; i + 8 <= n; i += 8) {
       __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
       _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
     }
+  }
   for (; i < n; i++) dst[i] = zg_bf16_to_f32(s[i * stride]);
 }
 
@@ -264,17 +273,27 @@ static inline int64_t head_to_line(const void *dst, int64_t elem_size, int64_t n
 
 static inline __m128i v8_to_f16(__m256 x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
 
-/* Exact RNE to bfloat16 on the bits; NaN kept quiet (same as zg_f32_to_bf16). */
-static inline __m128i v8_to_bf16(__m256 x) {
+/* Exact RNE to bfloat16 on the bits, left in the low 16 bits of each 32-bit lane; NaN kept
+ * quiet (same as zg_f32_to_bf16). */
+static inline __m256i v8_bf16_bits(__m256 x) {
   __m256i b = _mm256_castps_si256(x);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
   __m256i rnd = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
   __m256i qnan = _mm256_or_si256(b, _mm256_set1_epi32(0x00400000));
   __m256i isnan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  __m256i h = _mm256_srli_epi32(_mm256_blendv_epi8(rnd, qnan, isnan), 16);
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rnd, qnan, isnan), 16);
+}
+
+static inline __m128i v8_to_bf16(__m256 x) {
+  __m256i h = v8_bf16_bits(x);
   /* packus works per 128-bit lane: gather qwords 0 and 2 into the low half */
-  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
-  return _mm256_castsi256_si128(p);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08));
+}
+
+/* 16 floats to 16 bfloat16 in order: one pack and one qword permute for both halves. */
+static inline __m256i v16_to_bf16_avx2(const float *src) {
+  __m256i lo = v8_bf16_bits(_mm256_loadu_ps(src)), hi = v8_bf16_bits(_mm256_loadu_ps(src + 8));
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
 }
 
 static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
@@ -326,12 +345,9 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
   }
   if (streaming) {
     for (int64_t h = head_to_line(d, 2, n); i < h; i++) d[i] = zg_f32_to_bf16(src[i]);
-    for (; i + 16 <= n; i += 16) {
-      __m128i lo = v8_to_bf16(_mm256_loadu_ps(src + i));
-      __m128i hi = v8_to_bf16(_mm256_loadu_ps(src + i + 8));
-      _mm256_stream_si256((__m256i *)(d + i), _mm256_set_m128i(hi, lo));
-    }
+    for (; i + 16 <= n; i += 16) _mm256_stream_si256((__m256i *)(d + i), v16_to_bf16_avx2(src + i));
   }
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(d + i), v16_to_bf16_avx2(src + i));
   for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), v8_to_bf16(_mm256_loadu_ps(src + i)));
   for (; i < n; i++) d[i] = zg_f32_to_bf16(src[i]);
 }
