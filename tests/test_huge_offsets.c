@@ -202,6 +202,10 @@ static void test_huge_offsets(void **state) {
        {zt_f32, zt_f32, zt_f32, zt_f32, zt_f32}, 0},
       {"batch stride 2^32+17, in place", {2, 1, 1, 64}, {two32 + 17, 64, 64, 1}, 0,
        {zt_f32, zt_f32, zt_f32, zt_f32, zt_f32}, 1},
+      /* Two rows of 32768: the library's second work item (and second thread) starts at
+       * b = 1, so its starting offset is computed, not stepped to. */
+      {"batch stride 2^32+17, 2 x 32768 (threads)", {2, 1, 1, 32768}, {two32 + 17, 32768, 32768, 1}, 0,
+       {zt_bf16, zt_f32, zt_f16, zt_f32, zt_bf16}, 0},
       {"seqlen stride 2^31+3 (mixed dtypes)", {1, 3, 2, 40}, {3 * (two31 + 3), two31 + 3, 41, 1}, 0,
        {zt_bf16, zt_f32, zt_f16, zt_f16, zt_bf16}, 0},
       {"headdim stride 2^31+7 (strided path)", {1, 1, 1, 3}, {3 * (two31 + 7), 3 * (two31 + 7), 3 * (two31 + 7), two31 + 7}, 0,

@@ -274,6 +274,71 @@ static void test_reference_matches_formula(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* Round-to-nearest-even of the outputs, bit for bit. The numerics policy allows 1 ulp in
+ * float16/bfloat16, so truncation or ties-away would pass the accuracy tests; here the
+ * float32 result is exact and known: at z = 0, s = 1/2 and 1 + z*(1-s) = 1, so with o = 2
+ * dz = dout exactly. dout runs over ties of both types (near 1, subnormal, large), their
+ * neighbours, float16's overflow threshold 65520, and random float32 bit patterns. */
+static void test_rounding(void **state) {
+  (void)state;
+  zt_rng rng = {0x5eed};
+  const int64_t n = 4096;
+  int64_t shape[4] = {1, 1, 1, n}, idx[4] = {0, 0, 0, 0};
+  int64_t bad = 0;
+  for (int od = 0; od < 3; od++) {
+    DLDataType odt = zt_dtypes[od];
+    zt_tensor x[5];
+    zt_buf *b[5];
+    for (int i = 0; i < 5; i++) {
+      b[i] = zt_buf_new((size_t)n * 4);
+      zt_tensor_init(&x[i], i < 3 ? zt_f32 : odt, shape, NULL, b[i], 0, 0, 1);
+    }
+    for (idx[3] = 0; idx[3] < n; idx[3]++) {
+      double d;
+      int64_t k = idx[3];
+      if (k < 1024) { /* ties, their neighbours, subnormal ties, the float16 overflow edge */
+        double j = (double)(k & 127), odd = 2 * j + 1;
+        switch (k >> 7) {
+          case 0: d = 1 + odd * 0x1p-11; break;               /* float16 ties */
+          case 1: d = 1 + odd * 0x1p-8; break;                /* bfloat16 ties */
+          case 2: d = 1 + odd * 0x1p-11 + 0x1p-22; break;     /* just above */
+          case 3: d = -(1 + odd * 0x1p-8 - 0x1p-22); break;   /* just below, negative */
+          case 4: d = odd * 0x1p-25; break;                   /* float16 subnormal ties */
+          case 5: d = -(65520 + (j - 64) / 8); break;         /* float16 overflow threshold */
+          case 6: d = 0x1p100 * (1 + odd * 0x1p-8); break;    /* large bfloat16 ties */
+          default: d = odd * 0x1p-134; break;                 /* bfloat16 subnormal ties */
+        }
+      } else { /* random float32 bit patterns, |d| in [2^-30, 2^17) */
+        uint32_t u = (uint32_t)zt_next(&rng);
+        u = (u & 0x807FFFFFu) | ((uint32_t)zt_int(&rng, 127 - 30, 127 + 16) << 23);
+        float f;
+        memcpy(&f, &u, 4);
+        d = f;
+      }
+      zt_set(&x[0].t, idx, d);
+      zt_set(&x[1].t, idx, 0.0);
+      zt_set(&x[2].t, idx, 2.0);
+    }
+    zgate_options opts;
+    zgate_options_init(&opts);
+    opts.cpu_isa = g_isa;
+    assert_int_equal(zgate_bwd(&x[0].t, &x[1].t, &x[2].t, &x[3].t, &x[4].t, &opts), ZGATE_OK);
+    for (idx[3] = 0; idx[3] < n; idx[3]++) {
+      double d = zt_get(&x[0].t, idx);
+      unsigned char want[4] = {0};
+      zgate_check_store(odt, want, d);
+      if (memcmp(want, zt_elem(&x[3].t, idx), (size_t)zgate_check_dtype_size(odt)) != 0 &&
+          bad++ < 8)
+        printf("FAIL rounding to %s: dz for dout=%.17g (z=0, o=2) is %.17g, round-to-nearest-even "
+               "gives %.17g\n", zgate_check_dtype_name(odt), d, zt_get(&x[3].t, idx),
+               zgate_check_load(odt, want));
+      if (zt_get(&x[4].t, idx) != 0.0 && bad++ < 8) printf("FAIL: dout_scaled at z=0 not 0\n");
+    }
+    for (int i = 0; i < 5; i++) zt_buf_free(b[i]);
+  }
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   int skip;
   g_isa = zt_isa(&skip);
@@ -281,6 +346,7 @@ int main(void) {
   printf("path: %s%s\n", g_isa ? g_isa : zgate_cpu_isa_chosen(), zt_quick() ? " (quick)" : "");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_matches_formula),
+      cmocka_unit_test(test_rounding),
       cmocka_unit_test(test_bwd_special),
       cmocka_unit_test(test_fwd_special),
   };
