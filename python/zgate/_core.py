@@ -7,6 +7,7 @@ metadata (no capsule round trip: that is the hot path); any other array goes thr
 ``__dlpack__`` and is released right after the call.
 """
 import ctypes
+import os
 import struct
 import sys
 import threading
@@ -130,6 +131,11 @@ def _desc_numpy(a, name, output):
 _torch_dtypes = None
 
 
+def _torch_strided():
+    import torch
+    return torch.strided
+
+
 def _torch_code_table():
     global _torch_dtypes
     import torch
@@ -139,6 +145,9 @@ def _torch_code_table():
 
 
 def _desc_torch(t, name, output):
+    if t.layout is not _torch_strided():
+        raise Error(None, "%s has layout %s; zgate takes strided (dense) tensors"
+                    % (name, t.layout))
     cb = (_torch_dtypes or _torch_code_table()).get(t.dtype)
     if cb is None:
         cb = (3, t.element_size() * 8 & 0xFF)   # the library names it as an unsupported dtype
@@ -307,7 +316,14 @@ def _sync_legacy_stream(device_id):
     for our stream, so the result must be complete before JAX may read it)."""
     global _cudart
     if _cudart is None:
-        for n in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"):
+        names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"]
+        try:   # the runtime that pip-installed CUDA wheels (JAX's among them) bring
+            import nvidia.cuda_runtime as _ncr
+            for d in getattr(_ncr, "__path__", []):
+                names += [os.path.join(d, "lib", n) for n in names[:3]]
+        except ImportError:
+            pass
+        for n in names:
             try:
                 _cudart = ctypes.CDLL(n)
                 break
@@ -466,7 +482,10 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
             return _zt._bwd_traced(dout, z, o, dz, dout_scaled, inplace)
         if (dz is None and dout_scaled is None and not inplace
                 and type(z) is type(dout) and type(o) is type(dout)):
-            r = _bwd_torch_new(dout, z, o, num_threads)
+            try:
+                r = _bwd_torch_new(dout, z, o, num_threads)
+            except RuntimeError:   # e.g. a sparse tensor: the general path names the problem
+                r = None
             if r is not None:
                 return r
     if inplace:
@@ -519,7 +538,10 @@ def fwd(o, z, *, out=None, num_threads=0):
             from . import torch as _zt
             return _zt._fwd_traced(o, z, out)
         if out is None and type(z) is type(o):
-            r = _fwd_torch_new(o, z, num_threads)
+            try:
+                r = _fwd_torch_new(o, z, num_threads)
+            except RuntimeError:
+                r = None
             if r is not None:
                 return r
     if kind is JAX and out is not None:

@@ -73,6 +73,9 @@ def test_in_place_and_errors(rng, device):
     assert ei.value.status == zgate.Status.ERR_DTYPE
     with pytest.raises(zgate.Error):
         zgate.bwd(dout.to("meta"), z, o)
+    sparse = dout.cpu().to_sparse()
+    with pytest.raises(zgate.Error, match="layout"):
+        zgate.bwd(sparse, sparse, sparse)
 
 
 def test_mixed_frameworks_on_cpu(rng):
