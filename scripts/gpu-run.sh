@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
-STAGES=${STAGES:-"build ctest bench big sanitize"}
+STAGES=${STAGES:-"build ctest big sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 DEPS=$PWD/build/gpu-deps
 summary=()
@@ -61,11 +61,44 @@ sanitize() {
 }
 export -f sanitize
 stage sanitize 150 sanitize
+# Build-time variants of the kernel (cuda_backend.cu's ZG_CUDA_* macros), each benchmarked
+# (zgate only) in the same run; for docs/perf-notes.md. VARIANTS: ';'-separated flag sets.
+VARIANTS=${VARIANTS:-"-DZG_CUDA_ITEMS=2;-DZG_CUDA_PIPE=1;-DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4;-DZG_CUDA_COVER=1 -DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4;-DZG_CUDA_COVER=1 -DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4 -DZG_CUDA_STREAMING=1;-DZG_CUDA_STREAMING=1"}
+export VARIANTS
+variants() {
+  local i=0 flags
+  IFS=';' read -ra list <<<"$VARIANTS"
+  for flags in "${list[@]}"; do
+    (cmake -S . -B build/var$i $CFG -DZGATE_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=$flags" >/dev/null &&
+     cmake --build build/var$i --target zgate -j 4 >/dev/null) &
+    i=$((i + 1))
+  done
+  wait
+  i=0
+  for flags in "${list[@]}"; do
+    echo "### variant $i: $flags"
+    python3 bench/gpu_bench.py --lib build/var$i/src/libzgate.so --impls zgate --json "build/var$i/bench.json" \
+      ${VARIANT_BENCH_ARGS:---shapes 1,3,4,5,7 --rep 40} >"build/var$i/bench.log" 2>&1 || echo "variant $i failed"
+    python3 - "build/var$i/bench.json" "$flags" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+groups = {}
+for r in d["rows"]:
+    groups.setdefault((r["dtype"], r["layout"]), []).append(r["zgate_frac"])
+print("variant %-70s copy %4.0f GB/s | " % (sys.argv[2], d["copy_gbs"]) +
+      " ".join("%s/%s %.1f-%.1f%%" % (k[0], k[1], 100 * min(v), 100 * max(v)) for k, v in groups.items()))
+PY
+    i=$((i + 1))
+  done
+}
+export -f variants
+stage variants 300 variants
 BENCH="python3 bench/gpu_bench.py --lib $BUILD/src/libzgate.so --json $OUT/bench.json ${BENCH_ARGS:-}"
 [ -d "$ORIG" ] && BENCH="$BENCH --orig $ORIG"
 stage bench "${BENCH_LIMIT:-420}" "PYTHONUNBUFFERED=1 $BENCH"
 
 echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
 [ -f "$OUT/bench.log" ] && sed -n '/^copy bandwidth/,$p' "$OUT/bench.log" | cut -c1-240
-grep -h "worst error\|cases,\|big dense (\|big wide (" "$OUT"/ctest.log "$OUT"/big.log 2>/dev/null | head -8
+grep -h "worst error\|cases,\|big dense (\|big wide (\|FAIL" "$OUT"/ctest.log "$OUT"/big.log 2>/dev/null | cut -c1-300 | head -20
+[ -f "$OUT/variants.log" ] && grep "^variant" "$OUT/variants.log"
 ! printf '%s\n' "${summary[@]}" | grep -q FAILED

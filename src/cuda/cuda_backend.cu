@@ -137,23 +137,67 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<OP, V> &it
   }
 }
 
+/* Build-time variants, for the benchmark's comparisons only (docs/perf-notes.md); the
+ * defaults are the shipped kernel. ZG_CUDA_PIPE: prefetch the next pass's item before
+ * computing the current one; else ZG_CUDA_ITEMS (1 or 2) items loaded together per pass.
+ * ZG_CUDA_MINB: blocks per SM the register budget must allow. ZG_CUDA_COVER: one pass per
+ * thread (grid covers all items) instead of a grid of one wave. */
+#ifndef ZG_CUDA_PIPE
+#define ZG_CUDA_PIPE 0
+#endif
+#ifndef ZG_CUDA_ITEMS
+#define ZG_CUDA_ITEMS 2
+#endif
+#ifndef ZG_CUDA_MINB
+#define ZG_CUDA_MINB 3
+#endif
+#ifndef ZG_CUDA_COVER
+#define ZG_CUDA_COVER 0
+#endif
+constexpr int kItemsPerPass = ZG_CUDA_PIPE ? 1 : ZG_CUDA_ITEMS;
+
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,
  * and the read comes first in that thread's program order, so no other ordering is needed. */
 template <int OP, int KIND, int V>
-__global__ void __launch_bounds__(kThreads, 3) gate_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, ZG_CUDA_MINB) gate_kernel(const Args a) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.items; i += 2 * stride) {
-    Item<OP, V> x, y;
-    const int64_t j = i + stride;
-    const bool has_y = j < a.items;
-    locate<OP, V>(a, i, x);
-    load_item<OP, KIND, V>(a, x);
-    if (has_y) {
-      locate<OP, V>(a, j, y);
-      load_item<OP, KIND, V>(a, y);
+  const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if constexpr (ZG_CUDA_PIPE) {
+    Item<OP, V> cur, nxt;
+    if (first < a.items) {
+      locate<OP, V>(a, first, cur);
+      load_item<OP, KIND, V>(a, cur);
     }
-    finish_item<OP, KIND, V>(a, x);
-    if (has_y) finish_item<OP, KIND, V>(a, y);
+    for (int64_t i = first; i < a.items; i += stride) {
+      const int64_t j = i + stride;
+      if (j < a.items) { /* the next item's loads go out before this one's math */
+        locate<OP, V>(a, j, nxt);
+        load_item<OP, KIND, V>(a, nxt);
+      }
+      finish_item<OP, KIND, V>(a, cur);
+      cur = nxt;
+    }
+  } else if constexpr (kItemsPerPass == 1) {
+    for (int64_t i = first; i < a.items; i += stride) {
+      Item<OP, V> x;
+      locate<OP, V>(a, i, x);
+      load_item<OP, KIND, V>(a, x);
+      finish_item<OP, KIND, V>(a, x);
+    }
+  } else {
+    for (int64_t i = first; i < a.items; i += 2 * stride) {
+      Item<OP, V> x, y;
+      const int64_t j = i + stride;
+      const bool has_y = j < a.items;
+      locate<OP, V>(a, i, x);
+      load_item<OP, KIND, V>(a, x);
+      if (has_y) {
+        locate<OP, V>(a, j, y);
+        load_item<OP, KIND, V>(a, y);
+      }
+      finish_item<OP, KIND, V>(a, x);
+      if (has_y) finish_item<OP, KIND, V>(a, y);
+    }
   }
   if constexpr (V > 1) {
     /* One row whose length is not a multiple of V: its last few elements, one per thread. */
@@ -210,9 +254,9 @@ int launch(const Args &a, int dev, cudaStream_t stream) {
   if (st != ZGATE_OK) return st;
   /* Enough blocks to fill the device once (the grid-stride loop does the rest), fewer when
    * the work is small: each thread takes two items per pass. */
-  int64_t per_block = 2 * (int64_t)kThreads;
+  int64_t per_block = kItemsPerPass * (int64_t)kThreads;
   int64_t want = (a.items + per_block - 1) / per_block;
-  int64_t full = (int64_t)sms * bps;
+  int64_t full = ZG_CUDA_COVER ? (int64_t)0x7fffffff : (int64_t)sms * bps;
   int64_t blocks = want < full ? want : full;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
   gate_kernel<OP, KIND, V><<<(unsigned)blocks, kThreads, 0, stream>>>(a);

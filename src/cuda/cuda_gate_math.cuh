@@ -4,7 +4,12 @@
  * formula and grouping:
  *
  *   e = exp(-|z|), r = 1/(1+e); z >= 0: s = r, 1-s = e*r; z < 0: s = e*r, 1-s = r
- *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = (dout*z) * s;  out = (o*z) * s
+ *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = dout * (z*s);  out = o * (z*s)
+ *
+ * dos and out group z*s first (gate_math.h writes (dout*z)*s): with |z| near FLT_MAX and
+ * s = 0 the other grouping overflows to inf * 0 = NaN where the float64 reference is 0.
+ * z*s is subnormal only for z < -87, where the absolute allowance (4 * 2^-149 * |dout*z|)
+ * covers its rounding.
  *
  * Two versions, chosen by the output types:
  *  - float32 outputs (accurate path): CUDA's expf is good to 2 ulp, and the five roundings
@@ -34,7 +39,22 @@
 #error "zgate's CUDA backend must not be built with --use_fast_math: NaN, inf and exp accuracy matter"
 #endif
 
+#ifndef ZG_CUDA_STREAMING /* 1: ld.global.cs / st.global.cs (evict-first) for every access */
+#define ZG_CUDA_STREAMING 0
+#endif
+
 namespace zgcu {
+
+/* Below this z, exp(-|z|) underflows to 0 in float64 too (the reference's s is 0, and
+ * dout = inf gives NaN there); above it the true s is positive, so s is kept at least the
+ * smallest subnormal: an infinite dout or o then gives the reference's infinity instead of
+ * inf * 0 = NaN, and finite results move by at most 2^-149 * |dout*o| * |1 + z(1-s)|, inside
+ * the policy's absolute allowance for s in the subnormal range. */
+#define ZG_S_UNDERFLOW_Z (-745.133219f)
+
+__device__ __forceinline__ float s_floor(float z, float s) {
+  return z >= ZG_S_UNDERFLOW_Z ? fmaxf(s, 0x1p-149f) : s; /* NaN z: unchanged */
+}
 
 /* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_MIXED = 3 };
@@ -83,7 +103,7 @@ __device__ __forceinline__ void sigmoid_pair(float z, float &s, float &oms) {
   float r_c = fmaf(r, res, r);
   float er_c = __fadd_rn(er, fmaf(er, res, erlo));
   bool pos = z >= 0.0f;
-  s = pos ? r_c : er_c;
+  s = s_floor(z, pos ? r_c : er_c);
   oms = pos ? er_c : r_c;
 }
 
@@ -96,13 +116,13 @@ __device__ __forceinline__ void gate_bwd(float dout, float z, float o, float &dz
   float alo = fmaf(dout, o, -a);
   float fused = fmaf(a, h, __fmul_rn(alo, h));
   dz = isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
-  dos = __fmul_rn(__fmul_rn(dout, z), s);
+  dos = __fmul_rn(dout, __fmul_rn(z, s));
 }
 
 __device__ __forceinline__ float gate_fwd(float o, float z) {
   float s, oms;
   sigmoid_pair(z, s, oms);
-  return __fmul_rn(__fmul_rn(o, z), s);
+  return __fmul_rn(o, __fmul_rn(z, s));
 }
 
 /* Fast path (16-bit outputs): gate_math.h's formula as written, CUDA's expf. */
@@ -111,7 +131,7 @@ __device__ __forceinline__ void sigmoid_pair_fast(float z, float &s, float &oms)
   float r = __frcp_rn(__fadd_rn(1.0f, e));
   float er = __fmul_rn(e, r);
   bool pos = z >= 0.0f;
-  s = pos ? r : er;
+  s = s_floor(z, pos ? r : er);
   oms = pos ? er : r;
 }
 
@@ -119,13 +139,13 @@ __device__ __forceinline__ void gate_bwd_fast(float dout, float z, float o, floa
   float s, oms;
   sigmoid_pair_fast(z, s, oms);
   dz = __fmul_rn(__fmul_rn(dout, o), __fmul_rn(s, fmaf(z, oms, 1.0f)));
-  dos = __fmul_rn(__fmul_rn(dout, z), s);
+  dos = __fmul_rn(dout, __fmul_rn(z, s));
 }
 
 __device__ __forceinline__ float gate_fwd_fast(float o, float z) {
   float s, oms;
   sigmoid_pair_fast(z, s, oms);
-  return __fmul_rn(__fmul_rn(o, z), s);
+  return __fmul_rn(o, __fmul_rn(z, s));
 }
 
 __device__ __forceinline__ float bits_to_f32(uint16_t h, int dt) {
@@ -140,38 +160,69 @@ __device__ __forceinline__ uint16_t f32_to_bits(float f, int dt) {
 
 /* ---- V consecutive elements at p (aligned to min(V * size, 16) bytes) ------------------- */
 
+template <class T>
+__device__ __forceinline__ T ld(const T *p) {
+  if constexpr (ZG_CUDA_STREAMING) return __ldcs(p);
+  return *p;
+}
+template <class T>
+__device__ __forceinline__ void st(T *p, T v) {
+  if constexpr (ZG_CUDA_STREAMING) __stcs(p, v);
+  else *p = v;
+}
+
+/* Two 16-bit values (low half first) to floats, and back with one packed conversion. */
+__device__ __forceinline__ float2 unpack2(uint32_t w, int dt) {
+  if (dt == DT_BF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  __half2 h = *reinterpret_cast<__half2 *>(&w);
+  return __half22float2(h);
+}
+__device__ __forceinline__ uint32_t pack2(float a, float b, int dt) {
+  if (dt == DT_BF16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
 template <int V>
 __device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
   if (dt == DT_F32) {
     const float *f = reinterpret_cast<const float *>(p);
     if constexpr (V == 8) {
-      float4 a = reinterpret_cast<const float4 *>(f)[0], b = reinterpret_cast<const float4 *>(f)[1];
+      float4 a = ld(reinterpret_cast<const float4 *>(f)), b = ld(reinterpret_cast<const float4 *>(f) + 1);
       v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     } else if constexpr (V == 4) {
-      float4 a = *reinterpret_cast<const float4 *>(f);
+      float4 a = ld(reinterpret_cast<const float4 *>(f));
       v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
     } else if constexpr (V == 2) {
-      float2 a = *reinterpret_cast<const float2 *>(f);
+      float2 a = ld(reinterpret_cast<const float2 *>(f));
       v[0] = a.x; v[1] = a.y;
     } else {
-      v[0] = *f;
+      v[0] = ld(f);
     }
   } else {
     uint32_t w[(V + 1) / 2];
     if constexpr (V == 8) {
-      uint4 q = *reinterpret_cast<const uint4 *>(p);
+      uint4 q = ld(reinterpret_cast<const uint4 *>(p));
       w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
     } else if constexpr (V == 4) {
-      uint2 q = *reinterpret_cast<const uint2 *>(p);
+      uint2 q = ld(reinterpret_cast<const uint2 *>(p));
       w[0] = q.x; w[1] = q.y;
     } else if constexpr (V == 2) {
-      w[0] = *reinterpret_cast<const uint32_t *>(p);
+      w[0] = ld(reinterpret_cast<const uint32_t *>(p));
     } else {
-      w[0] = *reinterpret_cast<const uint16_t *>(p);
+      v[0] = bits_to_f32(ld(reinterpret_cast<const unsigned short *>(p)), dt);
     }
+    if constexpr (V > 1) {
 #pragma unroll
-    for (int k = 0; k < V; k++)
-      v[k] = bits_to_f32((uint16_t)(w[k / 2] >> (16 * (k % 2))), dt);
+      for (int k = 0; k < V / 2; k++) {
+        float2 f = unpack2(w[k], dt);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+      }
+    }
   }
 }
 
@@ -180,29 +231,29 @@ __device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) 
   if (dt == DT_F32) {
     float *f = reinterpret_cast<float *>(p);
     if constexpr (V == 8) {
-      reinterpret_cast<float4 *>(f)[0] = make_float4(v[0], v[1], v[2], v[3]);
-      reinterpret_cast<float4 *>(f)[1] = make_float4(v[4], v[5], v[6], v[7]);
+      st(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
+      st(reinterpret_cast<float4 *>(f) + 1, make_float4(v[4], v[5], v[6], v[7]));
     } else if constexpr (V == 4) {
-      *reinterpret_cast<float4 *>(f) = make_float4(v[0], v[1], v[2], v[3]);
+      st(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
     } else if constexpr (V == 2) {
-      *reinterpret_cast<float2 *>(f) = make_float2(v[0], v[1]);
+      st(reinterpret_cast<float2 *>(f), make_float2(v[0], v[1]));
     } else {
-      *f = v[0];
+      st(f, v[0]);
     }
   } else {
     if constexpr (V == 1) {
-      *reinterpret_cast<uint16_t *>(p) = f32_to_bits(v[0], dt);
+      st(reinterpret_cast<unsigned short *>(p), (unsigned short)f32_to_bits(v[0], dt));
     } else {
       uint32_t w[V / 2];
 #pragma unroll
       for (int k = 0; k < V / 2; k++)
-        w[k] = (uint32_t)f32_to_bits(v[2 * k], dt) | ((uint32_t)f32_to_bits(v[2 * k + 1], dt) << 16);
+        w[k] = pack2(v[2 * k], v[2 * k + 1], dt);
       if constexpr (V == 8)
-        *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+        st(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
       else if constexpr (V == 4)
-        *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
+        st(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
       else
-        *reinterpret_cast<uint32_t *>(p) = w[0];
+        st(reinterpret_cast<uint32_t *>(p), w[0]);
     }
   }
 }
