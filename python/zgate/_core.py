@@ -16,8 +16,6 @@ from . import _dlpack, _lib
 from ._lib import Error, Status
 
 NUMPY, TORCH, CUPY, JAX, DLPACK = range(1, 6)   # nonzero: `kinds.get(t) or ...`
-_BWD_NAMES = ("dout", "z", "o", "dz", "dout_scaled")
-_FWD_NAMES = ("o", "z", "out")
 
 # --- the per-thread argument block --------------------------------------------------------
 # [5 DLTensor x 48 B][5 shapes x 4 int64][5 strides x 4 int64][zgate_options, 32 B]
@@ -462,6 +460,13 @@ def _bump_versions(kind, outs):
                 inc(t)
 
 
+def _inplace_desc(kind, dout, d0):
+    """dout doubles as dout_scaled: the same description, if dout may be written."""
+    if kind is NUMPY and not dout.flags.writeable:
+        raise Error(None, "dout is a read-only array and cannot take dout_scaled in place")
+    return d0
+
+
 # --- entry points --------------------------------------------------------------------------
 
 
@@ -508,8 +513,8 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
         if dout_scaled is None:
             dout_scaled = _empty_like(kind, dout, d0)
         d3 = _describe(dz, "dz", True, dls, keep)
-        d4 = d0 if dout_scaled is dout else _describe(dout_scaled, "dout_scaled", True, dls,
-                                                      keep)
+        d4 = _inplace_desc(kind, dout, d0) if dout_scaled is dout else _describe(
+            dout_scaled, "dout_scaled", True, dls, keep)
         lib = _lib._lib or _lib.load()
         b = _block()
         _pack(b, (d0, d1, d2, d3, d4), num_threads, stream)
@@ -592,8 +597,8 @@ def reference_bwd(dout, z, o, *, dz=None, dout_scaled=None):
         dz = _reference_outputs(dout, d0, dz)
         dout_scaled = _reference_outputs(dout, d0, dout_scaled)
         d3 = _describe(dz, "dz", True, None, keep)
-        d4 = d0 if dout_scaled is dout else _describe(dout_scaled, "dout_scaled", True, None,
-                                                      keep)
+        d4 = _inplace_desc(_classify(dout), dout, d0) if dout_scaled is dout else _describe(
+            dout_scaled, "dout_scaled", True, None, keep)
         lib = _lib._lib or _lib.load()
         b = _block()
         _pack(b, (d0, d1, d2, d3, d4), 0, 0)

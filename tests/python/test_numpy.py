@@ -308,6 +308,8 @@ def test_options_and_inputs_checked_in_python():
     ro = np.zeros_like(a)
     ro.flags.writeable = False
     expect_error(None, zgate.bwd, a, a, a, dz=ro)
+    expect_error(None, zgate.bwd, ro, a, a, inplace=True)
+    expect_error(None, zgate.reference_bwd, ro, a, a, dout_scaled=ro)
     expect_error(None, zgate.bwd, [[1.0]], a, a)
     other = _CapsuleProducer(a, device_type=4)     # OpenCL: a device zgate does not know
     expect_error(zgate.Status.ERR_DEVICE_MISMATCH, zgate.bwd, a, other, a)
