@@ -30,7 +30,9 @@
  *
  * Reported error units: for float32 outputs |got-ref| / ulp_f32(scale) ("ulp of the scale"),
  * for float16/bfloat16 |got-ref| / ulp_T(ref) ("ulp of the type at the reference").
- * bound_ratio is |got-ref| / (the larger allowed distance): <= 1 passes.
+ * bound_ratio is |got-ref| / (the larger allowed distance): <= 1 passes. It is the measure
+ * to read: where the absolute allowance A dominates (z < about -87) err_units can be large
+ * while the element is well inside the policy.
  *
  * All functions read CPU memory only and never write to the tensors they compare.
  */

@@ -44,6 +44,8 @@ typedef struct acc_run {
 } acc_run;
 
 static acc_run g_run;
+/* Worst case seen per output dtype (f32, f16, bf16), for the summary line. */
+static zgate_check_stats g_worst[3];
 
 static const char *const bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
 static const char *const fwd_names[3] = {"o", "z", "out"};
@@ -193,9 +195,10 @@ static int run_case(acc_case *c) {
       zgate_check_stats_init(&st);
       zgate_check_quantity q = c->fwd ? ZGATE_CHECK_OUT : (k == 0 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS);
       const DLTensor *got = &x[n_in + k].t;
+      int od = got->dtype.code == kDLBfloat ? 2 : got->dtype.bits == 16 ? 1 : 0;
       if (zgate_check_tensor(q, got, &ref[k].t, dout_in, &x[1].t, c->fwd ? &x[0].t : &x[2].t, &st)) {
         problems += fail_case(c, "oracle refused the tensors");
-      } else if (st.failures) {
+      } else if ((zgate_check_stats_merge(&g_worst[od], &st), st.failures)) {
         char line[256];
         zgate_check_stats_format(&st, line, sizeof line);
         problems += fail_case(c, "%s: %s", c->fwd ? "out" : bwd_names[n_in + k], line);
@@ -293,6 +296,10 @@ static void matrix(int fwd) {
   }
   printf("%s matrix: %lld cases, %lld failed\n", fwd ? "fwd" : "bwd", (long long)ncases,
          (long long)(g_run.failed - before));
+  static const char *const dn[3] = {"f32", "f16", "bf16"};
+  for (int d = 0; d < 3; d++)
+    printf("  so far, %s outputs: %lld elements, max %.3g units, max %.3g of the bound\n", dn[d],
+           (long long)g_worst[d].count, g_worst[d].max_err_units, g_worst[d].max_bound_ratio);
   assert_int_equal(g_run.failed - before, 0);
 }
 
@@ -337,6 +344,7 @@ int main(void) {
   g_run.isa = zt_isa(&skip);
   if (skip) return skip;
   g_run.rng.s = zt_seed("test_accuracy");
+  for (int d = 0; d < 3; d++) zgate_check_stats_init(&g_worst[d]);
   printf("path: %s%s\n", g_run.isa ? g_run.isa : zgate_cpu_isa_chosen(),
          zt_quick() ? " (quick)" : "");
   const struct CMUnitTest tests[] = {
