@@ -23,20 +23,24 @@ _TENSOR_BYTES, _SHAPE_OFF, _STRIDE_OFF, _OPTS_OFF, _BLOCK_BYTES = 48, 240, 400, 
 _OPTIONS_SIZE = 32  # sizeof(zgate_options) on LP64: size_t, int (+pad), char*, void*
 
 
-def _make_struct(n):
+def _make_struct(n, n_shapes=None):
+    """Packs n DLTensor headers, the first n_shapes shape and stride arrays, and the options."""
+    k = n if n_shapes is None else n_shapes
     fmt = "<" + "QiiiBBHQQQ" * n + "%dx" % (_SHAPE_OFF - _TENSOR_BYTES * n)
-    fmt += "4q" * n + "%dx" % (160 - 32 * n) + "4q" * n + "%dx" % (160 - 32 * n) + "QiiQQ"
+    fmt += "4q" * k + "%dx" % (160 - 32 * k) + "4q" * k + "%dx" % (160 - 32 * k) + "QiiQQ"
     s = struct.Struct(fmt)
     assert s.size == _BLOCK_BYTES
     return s
 
 
 _STRUCTS = {3: _make_struct(3), 5: _make_struct(5)}
-_S3, _S5 = _STRUCTS[3], _STRUCTS[5]
+# Fresh compact outputs reuse the first input's shape array and pass NULL strides (compact
+# row-major in DLPack): fewer values to pack on the hot path.
+_S3_FRESH, _S5_FRESH = _make_struct(3, 2), _make_struct(5, 3)
 
 
 class _Block:
-    __slots__ = ("buf", "t", "consts", "opts")
+    __slots__ = ("buf", "t", "consts", "opts", "fresh")
 
     def __init__(self):
         self.buf = ctypes.create_string_buffer(_BLOCK_BYTES)
@@ -46,6 +50,8 @@ class _Block:
         self.consts = tuple((base + _SHAPE_OFF + 32 * i, base + _STRIDE_OFF + 32 * i, 0)
                             for i in range(5))
         self.opts = base + _OPTS_OFF
+        # shape/strides/byte_offset of a fresh output: dout's shape, NULL strides
+        self.fresh = (base + _SHAPE_OFF, 0, 0)
 
 
 _tls = threading.local()
@@ -392,18 +398,17 @@ def _bwd_torch_new(dout, z, o, num_threads):
         return None
     dz = empty_like(dout, memory_format=contiguous)
     dos = empty_like(dout, memory_format=contiguous)
-    st = dz.stride()
     b = _tls_block()
-    c0, c1, c2, c3, c4 = b.consts
-    _S5.pack_into(
+    c0, c1, c2 = b.consts[:3]
+    f0, f1, f2 = b.fresh
+    _S5_FRESH.pack_into(
         b.buf, 0,
         dout.data_ptr(), td, id_, 4, cd[0], cd[1], 1, c0[0], c0[1], 0,
         z.data_ptr(), tz, iz, 4, cz[0], cz[1], 1, c1[0], c1[1], 0,
         o.data_ptr(), to, io, 4, co[0], co[1], 1, c2[0], c2[1], 0,
-        dz.data_ptr(), td, id_, 4, cd[0], cd[1], 1, c3[0], c3[1], 0,
-        dos.data_ptr(), td, id_, 4, cd[0], cd[1], 1, c4[0], c4[1], 0,
-        *sd, *z.shape, *o.shape, *sd, *sd,
-        *dout.stride(), *z.stride(), *o.stride(), *st, *st,
+        dz.data_ptr(), td, id_, 4, cd[0], cd[1], 1, f0, f1, f2,
+        dos.data_ptr(), td, id_, 4, cd[0], cd[1], 1, f0, f1, f2,
+        *sd, *z.shape, *o.shape, *dout.stride(), *z.stride(), *o.stride(),
         _OPTIONS_SIZE, num_threads, 0, 0, stream)
     t = b.t
     rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
@@ -435,13 +440,14 @@ def _fwd_torch_new(o, z, num_threads):
         return None
     out = empty_like(o, memory_format=contiguous)
     b = _tls_block()
-    c0, c1, c2 = b.consts[:3]
-    _S3.pack_into(
+    c0, c1 = b.consts[:2]
+    f0, f1, f2 = b.fresh
+    _S3_FRESH.pack_into(
         b.buf, 0,
         o.data_ptr(), to, io, 4, co[0], co[1], 1, c0[0], c0[1], 0,
         z.data_ptr(), tz, iz, 4, cz[0], cz[1], 1, c1[0], c1[1], 0,
-        out.data_ptr(), to, io, 4, co[0], co[1], 1, c2[0], c2[1], 0,
-        *so, *z.shape, *so, *o.stride(), *z.stride(), *out.stride(),
+        out.data_ptr(), to, io, 4, co[0], co[1], 1, f0, f1, f2,
+        *so, *z.shape, *o.stride(), *z.stride(),
         _OPTIONS_SIZE, num_threads, 0, 0, stream)
     t = b.t
     rc = (_lib._lib or _lib.load()).zgate_fwd(t[0], t[1], t[2], b.opts)
