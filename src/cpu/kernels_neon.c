@@ -4,10 +4,11 @@
  * only zg_cpu_kernels_neon is visible.
  *
  * Math: the exp and sigmoid recipe of simd_exp.h, written with the same operations in the
- * same order as the x86 paths (every operation is one IEEE-rounded add, mul, div or fma),
- * so a given input gives the same bits here as on AVX2 (NaN payloads aside). Every element
- * goes through the vector code: a tail of fewer than 4 elements is run on a zero-padded
- * copy, so a result never depends on where a block starts or ends.
+ * same order as kernels_avx2.c (every operation is one IEEE-rounded add, sub, mul, div or
+ * fma), so a given input gives the same bits here as on AVX2 (NaN payloads aside; checked
+ * over every 255th float32 z, docs/perf-notes.md). Every element goes through the vector
+ * code: a tail of fewer than 4 elements is run on a zero-padded copy, so a result never
+ * depends on where a block starts or ends.
  *
  * Floating-point environment: results assume the FPCR that Linux gives every process
  * (round to nearest even, FZ = FZ16 = 0 so subnormals are kept, DN = 0, AHP = 0 so float16
@@ -18,11 +19,12 @@
  *            gate_math.h's zg_f16_to_f32 / zg_f32_to_f16 bit for bit.
  *   bfloat16: exact integer round-to-nearest-even on the float bits, NaN kept quiet
  *            (the same rule as zg_f32_to_bf16); widening is a 16-bit shift.
- * Non-temporal stores: the `streaming` flag is ignored. AArch64 has STNP, but GCC offers no
- * intrinsic for it and on the cores we target plain stores to whole lines already avoid the
- * read-for-ownership; plain stores also need no fence.
+ * Non-temporal stores: the `streaming` flag is ignored and every store is a plain one
+ * (always correct, no fence needed). AArch64's only non-temporal store is STNP, which ACLE
+ * exposes no intrinsic for; whether it pays on Kunpeng could not be measured here.
  */
 #include <arm_neon.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,123 +38,206 @@
 
 /* ---- register-level math --------------------------------------------------------------- */
 
-/* exp(x) for x <= 0 or NaN (simd_exp.h). Error: max 0.87 ulp over every float in
- * [-104, 0]; results in the subnormal range (x < -87.3) are the correctly rounded
- * subnormal of p * 2^k (0.5 ulp + 2^-24 relative); 0 below -104.5; NaN for NaN.
- * Checked exhaustively against double exp (docs/perf-notes.md, "neon"). */
-static inline float32x4_t v4_exp_neg(float32x4_t x) {
+/* p + plo = exp(r) for |r| <= ln2/2 (plus a rounding), given k: steps 3-4 of simd_exp.h.
+ * p is the rounded result; plo its rounding error (Fast2Sum). */
+static inline float32x4_t v4_exp_core(float32x4_t x, float32x4_t k, float32x4_t *plo) {
+  float32x4_t r1 = vfmsq_f32(x, k, vdupq_n_f32(ZG_EXP_LN2_HI)); /* exact */
+  float32x4_t r = vfmsq_f32(r1, k, vdupq_n_f32(ZG_EXP_LN2_LO));
+  float32x4_t c = vfmsq_f32(vsubq_f32(r1, r), k, vdupq_n_f32(ZG_EXP_LN2_LO)); /* r's rounding */
+  /* Q by Estrin: a short dependency chain */
+  float32x4_t r2 = vmulq_f32(r, r);
+  float32x4_t q01 = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q0), vdupq_n_f32(ZG_EXP_Q1), r);
+  float32x4_t q23 = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q2), vdupq_n_f32(ZG_EXP_Q3), r);
+  float32x4_t q45 = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q4), vdupq_n_f32(ZG_EXP_Q5), r);
+  float32x4_t q = vfmaq_f32(vfmaq_f32(q01, r2, q23), vmulq_f32(r2, r2), q45);
+  /* p = (1 + r) + (r^2 q + c), with 1 + r split exactly (Fast2Sum) so p rounds once */
+  const float32x4_t one = vdupq_n_f32(1.0f);
+  float32x4_t hi = vaddq_f32(one, r);
+  float32x4_t lo = vaddq_f32(vsubq_f32(one, hi), r);
+  float32x4_t u = vaddq_f32(vfmaq_f32(c, r2, q), lo);
+  float32x4_t p = vaddq_f32(hi, u);
+  *plo = vaddq_f32(vsubq_f32(hi, p), u);
+  return p;
+}
+
+/* e + elo = exp(x) for x <= 0 or NaN (simd_exp.h). e alone: max 0.69 ulp for normal
+ * results, 0.78 ulp for subnormal ones (x below -87.3: one rounding of p * 2^k); 0 below
+ * -104.5; NaN for NaN. elo carries p's rounding error (exact for normal results).
+ * k comes from the shifter trick: j = x*log2(e) + 1.5*2^23 (one fma) holds round(x*log2(e))
+ * in its low mantissa bits. Vectors whose results are all normal (x >= -87, the common case)
+ * take one scale; others split 2^k in two. Both give the same bits where both apply, so a
+ * lane's result does not depend on its neighbours. */
+static inline float32x4_t v4_exp_neg(float32x4_t x, float32x4_t *elo) {
+  const float32x4_t shifter = vdupq_n_f32(0x1.8p23f);
+  float32x4_t plo;
+  if (vmaxvq_u32(vcltq_f32(x, vdupq_n_f32(-87.0f))) == 0) {
+    float32x4_t j = vfmaq_f32(shifter, x, vdupq_n_f32(ZG_EXP_LOG2E));
+    float32x4_t p = v4_exp_core(x, vsubq_f32(j, shifter), &plo);
+    /* the low bits of j are 2^22 + k; shifting left by 23 drops 2^22 and leaves k */
+    float32x4_t sc = vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(vreinterpretq_u32_f32(j), vdupq_n_u32(127)), 23));
+    *elo = vmulq_f32(plo, sc);
+    return vmulq_f32(p, sc); /* NaN: p is NaN */
+  }
   /* FMAX returns NaN when either operand is NaN: NaN passes through */
   x = vmaxq_f32(vdupq_n_f32(ZG_EXP_LO), x);
-  /* k = round-to-nearest-even(x * log2 e), as an integer and as a float (both exact) */
-  int32x4_t ki = vcvtnq_s32_f32(vmulq_f32(x, vdupq_n_f32(ZG_EXP_LOG2E)));
-  float32x4_t k = vcvtq_f32_s32(ki);
-  float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(ZG_EXP_LN2_HI)); /* exact */
-  r = vfmsq_f32(r, k, vdupq_n_f32(ZG_EXP_LN2_LO));
-  float32x4_t q = vdupq_n_f32(ZG_EXP_Q5);
-  q = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q4), q, r);
-  q = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q3), q, r);
-  q = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q2), q, r);
-  q = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q1), q, r);
-  q = vfmaq_f32(vdupq_n_f32(ZG_EXP_Q0), q, r);
-  float32x4_t t = vfmaq_f32(r, vmulq_f32(r, r), q);
-  float32x4_t p = vaddq_f32(vdupq_n_f32(1.0f), t);
-  /* 2^k = 2^k1 * 2^k2, k1 = floor(k/2) (arithmetic shift), both normal: subnormal results
-   * round once, in the second multiply */
-  int32x4_t k1 = vshrq_n_s32(ki, 1);
-  int32x4_t k2 = vsubq_s32(ki, k1);
+  float32x4_t j = vfmaq_f32(shifter, x, vdupq_n_f32(ZG_EXP_LOG2E));
+  float32x4_t p = v4_exp_core(x, vsubq_f32(j, shifter), &plo);
+  int32x4_t k = vsubq_s32(vreinterpretq_s32_f32(j), vreinterpretq_s32_f32(shifter));
+  int32x4_t k1 = vshrq_n_s32(k, 1); /* floor(k / 2) */
+  int32x4_t k2 = vsubq_s32(k, k1);
   const int32x4_t bias = vdupq_n_s32(127);
   float32x4_t sc1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(k1, bias), 23));
   float32x4_t sc2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(k2, bias), 23));
+  *elo = vmulq_f32(vmulq_f32(plo, sc1), sc2); /* 0 once e is subnormal: fine */
   return vmulq_f32(vmulq_f32(p, sc1), sc2);
 }
 
-/* s = sigmoid(z) and oms = 1 - s without cancellation (simd_exp.h):
- * e = exp(-|z|), r = 1/(1+e) (one correction step), z >= 0: s = r, oms = e*r; else swapped. */
-static inline void v4_sigmoid_pair(float32x4_t z, float32x4_t *s, float32x4_t *oms) {
+/* s = sigmoid(z) and oms = 1 - s from e + elo = exp(-|z|), each within about 0.5 ulp,
+ * without cancellation (simd_exp.h): r = 1/(1 + E) and E*r with E = e + elo, each a
+ * rounded leading term plus an fma-computed correction, so each is rounded once. */
+static inline void v4_sigmoid_pair(float32x4_t z, float32x4_t e, float32x4_t elo, float32x4_t *s,
+                                   float32x4_t *oms) {
   const float32x4_t one = vdupq_n_f32(1.0f);
-  float32x4_t negabs = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(z), vdupq_n_u32(0x80000000u)));
-  float32x4_t e = v4_exp_neg(negabs);
   float32x4_t d = vaddq_f32(one, e);
+  float32x4_t dlo = vaddq_f32(vsubq_f32(e, vsubq_f32(d, one)), elo); /* 1+E = d+dlo */
   float32x4_t r = vdivq_f32(one, d);
-  /* d dropped e - (d - 1) (exact); fold it and the division's rounding into one step */
-  float32x4_t dlost = vsubq_f32(e, vsubq_f32(d, one));
-  float32x4_t res = vfmsq_f32(one, r, d);
-  res = vfmsq_f32(res, r, dlost);
-  r = vfmaq_f32(r, r, res);
+  /* res = 1 - r*(d + dlo): r*(1 + res) = 1/(1+E) to second order */
+  float32x4_t res = vfmsq_f32(vfmsq_f32(one, r, d), r, dlo);
   float32x4_t er = vmulq_f32(e, r);
-  uint32x4_t pos = vcgezq_f32(z); /* false for NaN: s = e*r = NaN */
-  *s = vbslq_f32(pos, r, er);
-  *oms = vbslq_f32(pos, er, r);
+  float32x4_t erlo = vfmaq_f32(vfmaq_f32(vnegq_f32(er), e, r), elo, r); /* E*r - er */
+  float32x4_t r_c = vfmaq_f32(r, r, res);
+  float32x4_t er_c = vaddq_f32(er, vfmaq_f32(erlo, er, res));
+  /* by the sign bit: z < 0 (and -0, where both choices are 1/2; and a NaN with its sign
+   * bit set, where both are NaN) takes e*r */
+  uint32x4_t neg = vcltzq_s32(vreinterpretq_s32_f32(z));
+  *s = vbslq_f32(neg, er_c, r_c);
+  *oms = vbslq_f32(neg, r_c, er_c);
 }
 
-/* Same grouping as gate_math.h (see its comment for why). */
-static inline void v4_bwd(float32x4_t dout, float32x4_t z, float32x4_t o, float32x4_t *dz,
-                          float32x4_t *dos) {
-  float32x4_t s, oms;
-  v4_sigmoid_pair(z, &s, &oms);
-  float32x4_t g = vfmaq_f32(vdupq_n_f32(1.0f), z, oms);
-  *dz = vmulq_f32(vmulq_f32(dout, o), vmulq_f32(s, g));
-  *dos = vmulq_f32(vmulq_f32(dout, z), s);
+/* Lanes whose results came out inf or NaN: redone in double from the same s and 1 - s,
+ * with gate_math.h's grouping. A float32 intermediate can overflow where the float64
+ * formula does not (dout*z = inf times s = 0 gives NaN, not 0), and inf/NaN inputs must
+ * give what the float64 formula gives. Rare, so out of line; the same as the x86 paths.
+ * which: 0 dz, 1 dout_scaled, 2 fwd out (then dout is o). */
+__attribute__((noinline, cold)) static float32x4_t v4_fix_lanes(int which, float32x4_t v,
+                                                                float32x4_t dout, float32x4_t z,
+                                                                float32x4_t o, float32x4_t s,
+                                                                float32x4_t oms) {
+  float vv[4], vd[4], vz[4], vo[4], vs[4], voms[4];
+  vst1q_f32(vv, v);
+  vst1q_f32(vd, dout);
+  vst1q_f32(vz, z);
+  vst1q_f32(vo, o);
+  vst1q_f32(vs, s);
+  vst1q_f32(voms, oms);
+  for (int j = 0; j < 4; j++) {
+    if (isfinite(vv[j])) continue;
+    double zd = vz[j], sd = vs[j];
+    if (which == 0)
+      vv[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+    else if (which == 1)
+      vv[j] = (float)(((double)vd[j] * zd) * sd);
+    else
+      vv[j] = (float)(((double)vo[j] * zd) * sd);
+  }
+  return vld1q_f32(vv);
 }
 
-static inline float32x4_t v4_fwd(float32x4_t o, float32x4_t z) {
+/* Any lane of v inf or NaN? (x*0 is NaN exactly then; a + b can only add false alarms.) */
+static inline int v4_any_nonfinite(float32x4_t v) {
+  float32x4_t t = vmulq_f32(v, vdupq_n_f32(0.0f));
+  return vminvq_u32(vceqq_f32(t, t)) == 0;
+}
+
+/* dz = (dout*o) * h, h = s*(1 + z*(1-s)), dos = (dout*z)*s: gate_math.h's grouping, with
+ * simd_exp.h's refinements: dout*o carried with its rounding error (a + alo), h formed as
+ * fma(s*z, 1-s, s) (one rounding). Lanes that come out inf or NaN are redone by
+ * v4_fix_lanes. */
+static inline void v4_bwd(float32x4_t dout, float32x4_t z, float32x4_t o, float32x4_t e,
+                          float32x4_t elo, float32x4_t *dz, float32x4_t *dos) {
   float32x4_t s, oms;
-  v4_sigmoid_pair(z, &s, &oms);
-  return vmulq_f32(vmulq_f32(o, z), s);
+  v4_sigmoid_pair(z, e, elo, &s, &oms);
+  float32x4_t h = vfmaq_f32(s, vmulq_f32(s, z), oms);
+  float32x4_t a = vmulq_f32(dout, o);
+  float32x4_t alo = vfmaq_f32(vnegq_f32(a), dout, o); /* dout*o - a, exact */
+  float32x4_t vdz = vfmaq_f32(vmulq_f32(alo, h), a, h);
+  float32x4_t vdos = vmulq_f32(vmulq_f32(dout, z), s);
+  if (v4_any_nonfinite(vaddq_f32(vdz, vdos))) {
+    vdz = v4_fix_lanes(0, vdz, dout, z, o, s, oms);
+    vdos = v4_fix_lanes(1, vdos, dout, z, o, s, oms);
+  }
+  *dz = vdz;
+  *dos = vdos;
+}
+
+static inline float32x4_t v4_fwd(float32x4_t o, float32x4_t z, float32x4_t e, float32x4_t elo) {
+  float32x4_t s, oms;
+  v4_sigmoid_pair(z, e, elo, &s, &oms);
+  float32x4_t out = vmulq_f32(vmulq_f32(o, z), s);
+  if (v4_any_nonfinite(out)) out = v4_fix_lanes(2, out, o, z, o, s, oms);
+  return out;
 }
 
 /* ---- float-array kernels ---------------------------------------------------------------- */
 
+/* Up to 4 floats from p: a full load, or a zero-padded copy that never touches p[rem..4). */
+static inline float32x4_t v4_load_part(const float *p, int64_t rem) {
+  if (rem >= 4) return vld1q_f32(p);
+  float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  memcpy(t, p, (size_t)rem * sizeof(float));
+  return vld1q_f32(t);
+}
+static inline void v4_store_part(float *p, int64_t rem, float32x4_t v) {
+  if (rem >= 4) {
+    vst1q_f32(p, v);
+    return;
+  }
+  float t[4];
+  vst1q_f32(t, v);
+  memcpy(p, t, (size_t)rem * sizeof(float));
+}
+
+/* The math runs in two passes over chunks of ZG_NEON_CHUNK elements: exp first, into a small
+ * buffer, then the rest. One pass is a single long dependency chain per vector (exp,
+ * division, corrections) that the out-of-order window cannot overlap enough of; two shorter
+ * chains overlap better (the reason the x86 paths do the same; docs/perf-notes.md). */
+#define ZG_NEON_CHUNK 64
+
+static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
+  const uint32x4_t sign = vdupq_n_u32(0x80000000u);
+  for (int64_t j = 0; j < m; j += 4) {
+    float32x4_t lo;
+    float32x4_t negabs = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(v4_load_part(z + j, m - j)), sign));
+    vst1q_f32(e + j, v4_exp_neg(negabs, &lo));
+    vst1q_f32(elo + j, lo);
+  }
+}
+
 static void bwd_neon(float *dz, float *dos, const float *dout, const float *z, const float *o,
                      int64_t n) {
-  int64_t i = 0;
-  /* two registers per step: two independent exp chains for the pipeline */
-  for (; i + 8 <= n; i += 8) {
-    float32x4_t dz0, dos0, dz1, dos1;
-    v4_bwd(vld1q_f32(dout + i), vld1q_f32(z + i), vld1q_f32(o + i), &dz0, &dos0);
-    v4_bwd(vld1q_f32(dout + i + 4), vld1q_f32(z + i + 4), vld1q_f32(o + i + 4), &dz1, &dos1);
-    vst1q_f32(dz + i, dz0);
-    vst1q_f32(dz + i + 4, dz1);
-    vst1q_f32(dos + i, dos0);
-    vst1q_f32(dos + i + 4, dos1);
-  }
-  for (; i + 4 <= n; i += 4) {
-    float32x4_t vdz, vdos;
-    v4_bwd(vld1q_f32(dout + i), vld1q_f32(z + i), vld1q_f32(o + i), &vdz, &vdos);
-    vst1q_f32(dz + i, vdz);
-    vst1q_f32(dos + i, vdos);
-  }
-  if (i < n) { /* 1..3 left: the same vector code on a zero-padded copy */
-    size_t m = (size_t)(n - i) * sizeof(float);
-    float a[4] = {0}, b[4] = {0}, c[4] = {0}, x[4], y[4];
-    memcpy(a, dout + i, m);
-    memcpy(b, z + i, m);
-    memcpy(c, o + i, m);
-    float32x4_t vdz, vdos;
-    v4_bwd(vld1q_f32(a), vld1q_f32(b), vld1q_f32(c), &vdz, &vdos);
-    vst1q_f32(x, vdz);
-    vst1q_f32(y, vdos);
-    memcpy(dz + i, x, m);
-    memcpy(dos + i, y, m);
+  _Alignas(16) float e[ZG_NEON_CHUNK], elo[ZG_NEON_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_NEON_CHUNK) {
+    int64_t m = n - i < ZG_NEON_CHUNK ? n - i : ZG_NEON_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 4) {
+      float32x4_t vdz, vdos;
+      v4_bwd(v4_load_part(dout + i + j, m - j), v4_load_part(z + i + j, m - j),
+             v4_load_part(o + i + j, m - j), vld1q_f32(e + j), vld1q_f32(elo + j), &vdz, &vdos);
+      v4_store_part(dz + i + j, m - j, vdz);
+      v4_store_part(dos + i + j, m - j, vdos);
+    }
   }
 }
 
 static void fwd_neon(float *out, const float *o, const float *z, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float32x4_t out0 = v4_fwd(vld1q_f32(o + i), vld1q_f32(z + i));
-    float32x4_t out1 = v4_fwd(vld1q_f32(o + i + 4), vld1q_f32(z + i + 4));
-    vst1q_f32(out + i, out0);
-    vst1q_f32(out + i + 4, out1);
-  }
-  for (; i + 4 <= n; i += 4) vst1q_f32(out + i, v4_fwd(vld1q_f32(o + i), vld1q_f32(z + i)));
-  if (i < n) {
-    size_t m = (size_t)(n - i) * sizeof(float);
-    float a[4] = {0}, b[4] = {0}, x[4];
-    memcpy(a, o + i, m);
-    memcpy(b, z + i, m);
-    vst1q_f32(x, v4_fwd(vld1q_f32(a), vld1q_f32(b)));
-    memcpy(out + i, x, m);
+  _Alignas(16) float e[ZG_NEON_CHUNK], elo[ZG_NEON_CHUNK];
+  for (int64_t i = 0; i < n; i += ZG_NEON_CHUNK) {
+    int64_t m = n - i < ZG_NEON_CHUNK ? n - i : ZG_NEON_CHUNK;
+    exp_pass(e, elo, z + i, m);
+    for (int64_t j = 0; j < m; j += 4)
+      v4_store_part(out + i + j, m - j,
+                    v4_fwd(v4_load_part(o + i + j, m - j), v4_load_part(z + i + j, m - j),
+                           vld1q_f32(e + j), vld1q_f32(elo + j)));
   }
 }
 

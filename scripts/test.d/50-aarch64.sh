@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Stage: the aarch64 NEON path. Cross-compiles the library and its C tests with Debian's
+# aarch64 cross compiler (cmake/toolchain-aarch64-linux-gnu.cmake; CUDA, tools and benchmarks off)
+# and runs its C tests under qemu-user: every per-path test once with the NEON path forced
+# (ZGATE_CPU_ISA=neon) and once with the scalar path (ZGATE_CPU_ISA=scalar), the same
+# matrix as on x86, plus the path-independent tests and the documentation's examples.
+# Budget: 12 min on 2 cores. Emulation is slow, so the C tests run their quick matrix
+# (ZGATE_TEST_QUICK=1; set ZGATE_AARCH64_FULL=1 for the full one).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build/aarch64
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# --- what this stage needs beyond scripts/install-deps.sh: arm64 cmocka (Debian multiarch) ---
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
+need=()
+for p in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64 libcmocka0:arm64; do
+  installed "$p" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "50-aarch64: installing ${need[*]}"
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --- configure and build ---
+cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_TESTS=ON \
+  -DZGATE_TEST_WRAPPER= >/dev/null
+cmake --build "$build" -j "$jobs" >/dev/null
+
+# The library must have been built with the NEON path.
+grep -q "ZGATE_HAVE_NEON" "$build"/src/CMakeFiles/zgate_objects.dir/flags.make \
+  || { echo "50-aarch64: the aarch64 build has no NEON path"; exit 1; }
+
+quick=1; [ "${ZGATE_AARCH64_FULL:-0}" = 1 ] && quick=0
+# The C tests register one ctest entry per CPU path built (here <test>_scalar and
+# <test>_neon, each with ZGATE_CPU_ISA set), plus the documentation's examples. The CLI's
+# tests drive the tool through host-side scripts and belong to stage 30.
+cd "$build"
+echo "--- aarch64 under qemu-user: C tests (paths neon and scalar) and doc examples"
+ZGATE_TEST_QUICK=$quick OMP_NUM_THREADS=2 ctest -L '^(c|docs)$' -j "$jobs" --timeout 600 --output-on-failure
