@@ -50,18 +50,33 @@ def _fwd_fake(o, z):
     return torch.empty_like(o, memory_format=torch.contiguous_format)
 
 
+@torch.library.custom_op("zgate::silu_gate_backward", mutates_args=())
+def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
+                        z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(grad_o, grad_z) of out = o * silu(z): zgate_bwd writing dout_scaled (= grad_o) in o's
+    dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
+    grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
+    grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
+    _core.bwd(grad_out, z, o, dz=grad_z, dout_scaled=grad_o)
+    return grad_o, grad_z
+
+
+@_silu_gate_backward.register_fake
+def _silu_gate_backward_fake(grad_out, o, z):
+    _check_same_shape(("grad_out", "o", "z"), (grad_out, o, z))
+    return (torch.empty_like(o, memory_format=torch.contiguous_format),
+            torch.empty_like(z, memory_format=torch.contiguous_format))
+
+
 def _fwd_setup(ctx, inputs, output):
     o, z = inputs
     ctx.save_for_backward(o, z)
 
 
 def _fwd_backward(ctx, grad_out):
+    # d out / d o = silu(z): dL/do is dout_scaled; dL/dz is dz.
     o, z = ctx.saved_tensors
-    dz, dos = torch.ops.zgate.bwd(grad_out, z, o)
-    # d out / d o = silu(z), so dL/do is dout_scaled; dL/dz is dz. Each in its input's dtype.
-    grad_o = dos if dos.dtype == o.dtype else dos.to(o.dtype)
-    grad_z = dz if dz.dtype == z.dtype else dz.to(z.dtype)
-    return grad_o, grad_z
+    return torch.ops.zgate.silu_gate_backward(grad_out, o, z)
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)

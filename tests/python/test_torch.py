@@ -110,6 +110,8 @@ def test_custom_ops_pass_opcheck(rng):
     torch.library.opcheck(torch.ops.zgate.bwd.default, args)
     o, z = (t.clone().requires_grad_() for t in args[1:])
     torch.library.opcheck(torch.ops.zgate.fwd.default, (o, z))
+    torch.library.opcheck(torch.ops.zgate.silu_gate_backward.default,
+                          (args[0], args[2], args[1].to(torch.bfloat16)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -134,8 +136,13 @@ def test_silu_gate_gradients_against_float64_autograd(rng, device, shape):
 def test_silu_gate_bf16_grads_keep_input_dtypes(rng, device):
     o = tinputs(rng, (1, 9, 2, 16), torch.bfloat16, device)[0].requires_grad_()
     z = tinputs(rng, (1, 9, 2, 16), torch.float32, device)[1].requires_grad_()
-    zt.silu_gate(o, z).float().sum().backward()
+    g = tinputs(rng, (1, 9, 2, 16), torch.bfloat16, device)[0]
+    zt.silu_gate(o, z).backward(g)
     assert o.grad.dtype == torch.bfloat16 and z.grad.dtype == torch.float32
+    # each gradient rounded once, straight into its own dtype
+    r = ref_bwd(np_of(g), np_of(z), np_of(o))
+    check("grad z (float32)", np_of(z.grad), r[0], r[2], r[4])
+    check("grad o (bfloat16)", np_of(o.grad), r[1], r[3], r[5])
 
 
 def _model(o, z, g):
