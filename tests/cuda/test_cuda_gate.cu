@@ -740,9 +740,9 @@ static void big(void) {
       EXPECT(st == ZGATE_OK, "big wide: %d (%s)", st, zgate_last_error());
       printf("big wide (1,2,1,2^31+5) bf16, z strided: %lld work items, %.2f ms\n", (long long)(2 * M), ms);
       const int64_t w = 1 << 16;
-      const int64_t c_item = (1ll << 32) - M; /* column of item 2^32 in row 1 */
-      const int64_t rows[3] = {0, 1, 1}, cols[3] = {0, c_item - w / 2, M - w};
-      for (int k = 0; k < 3; k++)
+      /* row 0's end, row 1's middle, and row 1's end, which holds items 2^32 - 65526 .. 2^32 + 9 */
+      const int64_t rows[4] = {0, 0, 1, 1}, cols[4] = {0, M - w, M / 2, M - w};
+      for (int k = 0; k < 4; k++)
         check_slice("big wide", dout, z, o, dz, dos, M, zrow, 2, rows[k], cols[k], w, nullptr);
       EXPECT(guard_intact(dz + 2 * M) && guard_intact(dos + 2 * M), "big wide: guard after an output changed");
       CK(cudaFree(dout)); CK(cudaFree(z)); CK(cudaFree(o)); CK(cudaFree(dz)); CK(cudaFree(dos));
