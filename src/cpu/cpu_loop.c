@@ -109,6 +109,21 @@ static void zg_plan_build(const zg_problem *p, zg_plan *pl) {
   }
 }
 
+/* Calls fn once per maximal run of segments that continue each other in tensor t (the
+ * next piece starts where the previous one ended, `st` elements apart): a tensor that is
+ * dense across rows gets one call per block even when another tensor splits the rows. */
+#define ZG_FOR_RUNS(seg, nseg, t, st, BODY)                                             \
+  for (int s0 = 0, s1; s0 < (nseg); s0 = s1) {                                          \
+    int64_t run_len = (seg)[s0].len;                                                    \
+    for (s1 = s0 + 1; s1 < (nseg) &&                                                    \
+                      (seg)[s1].off[t] == (seg)[s1 - 1].off[t] + (seg)[s1 - 1].len * (st); \
+         s1++)                                                                          \
+      run_len += (seg)[s1].len;                                                         \
+    const int64_t run_off = (seg)[s0].off[t];                                           \
+    const int32_t run_dst = (seg)[s0].dst;                                              \
+    BODY                                                                                \
+  }
+
 static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_seg *seg,
                          int nseg, int bn, float (*stage)[ZG_CPU_BLOCK]) {
   const int inner = pl->ndim - 1;
@@ -118,13 +133,13 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
     int direct = pl->dtype[t] == ZG_F32 && st == 1;
     for (int s = 1; s < nseg && direct; s++)
       direct = seg[s].off[t] == seg[s - 1].off[t] + seg[s - 1].len;
-    if (direct) {
+    if (direct) { /* float32, contiguous over the whole block: read it in place */
       in[t] = (const float *)(pl->base[t] + seg[0].off[t] * 4);
       continue;
     }
-    for (int s = 0; s < nseg; s++)
-      k->load[pl->dtype[t]](stage[t] + seg[s].dst, pl->base[t] + seg[s].off[t] * pl->esize[t],
-                            seg[s].len, st);
+    ZG_FOR_RUNS(seg, nseg, t, st, {
+      k->load[pl->dtype[t]](stage[t] + run_dst, pl->base[t] + run_off * pl->esize[t], run_len, st);
+    })
     in[t] = stage[t];
   }
   if (pl->n_in == 3)
@@ -133,9 +148,10 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
     k->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
   for (int t = pl->n_in; t < pl->nt; t++) {
     const int64_t st = pl->stride[t][inner];
-    for (int s = 0; s < nseg; s++)
-      k->store[pl->dtype[t]](pl->base[t] + seg[s].off[t] * pl->esize[t], stage[t] + seg[s].dst,
-                             seg[s].len, st, pl->streaming[t]);
+    ZG_FOR_RUNS(seg, nseg, t, st, {
+      k->store[pl->dtype[t]](pl->base[t] + run_off * pl->esize[t], stage[t] + run_dst, run_len, st,
+                             pl->streaming[t]);
+    })
   }
 }
 
