@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+if not hasattr(torch.library, "custom_op"):
+    pytest.skip("PyTorch %s predates torch.library.custom_op (2.4)" % torch.__version__,
+                allow_module_level=True)
 
 import zgate  # noqa: E402
 import zgate.torch as zt  # noqa: E402
