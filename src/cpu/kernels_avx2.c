@@ -125,9 +125,11 @@ static inline int v8_any_nonfinite(__m256 v) {
 /* dz = (dout*o) * h, h = s*(1 + z*(1-s)), dos = (dout*z)*s: gate_math.h's grouping. dout*o
  * is carried with its rounding error (fma), taking one rounding out of dz; h is formed as
  * s + (s*z)*(1-s), rounded once where 1 + z*(1-s) then *s would round twice (a full ulp
- * near z = 0). Lanes that come out inf or NaN are redone by v8_fix_lanes. */
+ * near z = 0). With fix = 0 the results are only flagged: *flag turns NaN when a lane came
+ * out inf or NaN (x*0 is NaN exactly then), and the caller redoes the chunk with fix = 1,
+ * where such lanes go to v8_fix_lanes. One flag per chunk instead of a test per vector. */
 static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo, __m256 *dz,
-                          __m256 *dos) {
+                          __m256 *dos, __m256 *flag, int fix) {
   __m256 s, oms;
   v8_sigmoid_pair(z, e, elo, &s, &oms);
   __m256 h = _mm256_fmadd_ps(_mm256_mul_ps(s, z), oms, s);
@@ -135,7 +137,9 @@ static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo,
   __m256 alo = _mm256_fmsub_ps(dout, o, a);
   __m256 vdz = _mm256_fmadd_ps(a, h, _mm256_mul_ps(alo, h));
   __m256 vdos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
-  if (v8_any_nonfinite(_mm256_add_ps(vdz, vdos))) {
+  if (!fix) {
+    *flag = _mm256_fmadd_ps(_mm256_add_ps(vdz, vdos), _mm256_setzero_ps(), *flag);
+  } else if (v8_any_nonfinite(_mm256_add_ps(vdz, vdos))) {
     vdz = v8_fix_lanes(0, vdz, dout, z, o, s, oms);
     vdos = v8_fix_lanes(1, vdos, dout, z, o, s, oms);
   }
@@ -143,11 +147,14 @@ static inline void v8_bwd(__m256 dout, __m256 z, __m256 o, __m256 e, __m256 elo,
   *dos = vdos;
 }
 
-static inline __m256 v8_fwd(__m256 o, __m256 z, __m256 e, __m256 elo) {
+static inline __m256 v8_fwd(__m256 o, __m256 z, __m256 e, __m256 elo, __m256 *flag, int fix) {
   __m256 s, oms;
   v8_sigmoid_pair(z, e, elo, &s, &oms);
   __m256 out = _mm256_mul_ps(_mm256_mul_ps(o, z), s);
-  if (v8_any_nonfinite(out)) out = v8_fix_lanes(2, out, o, z, o, s, oms);
+  if (!fix)
+    *flag = _mm256_fmadd_ps(out, _mm256_setzero_ps(), *flag);
+  else if (v8_any_nonfinite(out))
+    out = v8_fix_lanes(2, out, o, z, o, s, oms);
   return out;
 }
 
@@ -182,21 +189,41 @@ static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
   }
 }
 
+/* The product pass over one chunk; returns the inf/NaN flag (NaN when any lane needs the
+ * fix-up; only meaningful with fix = 0). */
+static inline __m256 bwd_chunk(float *dz, float *dos, const float *dout, const float *z,
+                               const float *o, const float *e, const float *elo, int64_t m,
+                               int fix) {
+  __m256 flag = _mm256_setzero_ps();
+  for (int64_t j = 0; j < m; j += 8) {
+    __m256 vdz, vdos;
+    v8_bwd(v8_load_part(dout + j, m - j), v8_load_part(z + j, m - j), v8_load_part(o + j, m - j),
+           _mm256_load_ps(e + j), _mm256_load_ps(elo + j), &vdz, &vdos, &flag, fix);
+    v8_store_part(dz + j, m - j, vdz);
+    v8_store_part(dos + j, m - j, vdos);
+  }
+  return flag;
+}
+
 static void bwd_avx2(float *dz, float *dos, const float *dout, const float *z, const float *o,
                      int64_t n) {
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
   for (int64_t i = 0; i < n; i += ZG_AVX2_CHUNK) {
     int64_t m = n - i < ZG_AVX2_CHUNK ? n - i : ZG_AVX2_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 8) {
-      __m256 vdz, vdos;
-      v8_bwd(v8_load_part(dout + i + j, m - j), v8_load_part(z + i + j, m - j),
-             v8_load_part(o + i + j, m - j), _mm256_load_ps(e + j), _mm256_load_ps(elo + j), &vdz,
-             &vdos);
-      v8_store_part(dz + i + j, m - j, vdz);
-      v8_store_part(dos + i + j, m - j, vdos);
-    }
+    __m256 flag = bwd_chunk(dz + i, dos + i, dout + i, z + i, o + i, e, elo, m, 0);
+    if (v8_any_nonfinite(flag)) bwd_chunk(dz + i, dos + i, dout + i, z + i, o + i, e, elo, m, 1);
   }
+}
+
+static inline __m256 fwd_chunk(float *out, const float *o, const float *z, const float *e,
+                               const float *elo, int64_t m, int fix) {
+  __m256 flag = _mm256_setzero_ps();
+  for (int64_t j = 0; j < m; j += 8)
+    v8_store_part(out + j, m - j,
+                  v8_fwd(v8_load_part(o + j, m - j), v8_load_part(z + j, m - j),
+                         _mm256_load_ps(e + j), _mm256_load_ps(elo + j), &flag, fix));
+  return flag;
 }
 
 static void fwd_avx2(float *out, const float *o, const float *z, int64_t n) {
@@ -204,10 +231,8 @@ static void fwd_avx2(float *out, const float *o, const float *z, int64_t n) {
   for (int64_t i = 0; i < n; i += ZG_AVX2_CHUNK) {
     int64_t m = n - i < ZG_AVX2_CHUNK ? n - i : ZG_AVX2_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 8)
-      v8_store_part(out + i + j, m - j,
-                    v8_fwd(v8_load_part(o + i + j, m - j), v8_load_part(z + i + j, m - j),
-                           _mm256_load_ps(e + j), _mm256_load_ps(elo + j)));
+    if (v8_any_nonfinite(fwd_chunk(out + i, o + i, z + i, e, elo, m, 0)))
+      fwd_chunk(out + i, o + i, z + i, e, elo, m, 1);
   }
 }
 

@@ -120,9 +120,11 @@ static inline int v16_any_nonfinite(__m512 v) {
   return _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q) != 0;
 }
 
-/* dz = (dout*o) * (s + (s*z)*oms) with dout*o carried as a + alo; dos = (dout*z)*s. */
+/* dz = (dout*o) * (s + (s*z)*oms) with dout*o carried as a + alo; dos = (dout*z)*s. With
+ * fix = 0 inf/NaN lanes only turn *flag NaN and the caller redoes the chunk with fix = 1
+ * (as kernels_avx2.c's v8_bwd). */
 static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo, __m512 *dz,
-                           __m512 *dos) {
+                           __m512 *dos, __m512 *flag, int fix) {
   __m512 s, oms;
   v16_sigmoid_pair(z, e, elo, &s, &oms);
   __m512 h = _mm512_fmadd_ps(_mm512_mul_ps(s, z), oms, s);
@@ -130,7 +132,9 @@ static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo
   __m512 alo = _mm512_fmsub_ps(dout, o, a);
   __m512 vdz = _mm512_fmadd_ps(a, h, _mm512_mul_ps(alo, h));
   __m512 vdos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
-  if (v16_any_nonfinite(_mm512_add_ps(vdz, vdos))) {
+  if (!fix) {
+    *flag = _mm512_fmadd_ps(_mm512_add_ps(vdz, vdos), _mm512_setzero_ps(), *flag);
+  } else if (v16_any_nonfinite(_mm512_add_ps(vdz, vdos))) {
     vdz = v16_fix_lanes(0, vdz, dout, z, o, s, oms);
     vdos = v16_fix_lanes(1, vdos, dout, z, o, s, oms);
   }
@@ -138,11 +142,14 @@ static inline void v16_bwd(__m512 dout, __m512 z, __m512 o, __m512 e, __m512 elo
   *dos = vdos;
 }
 
-static inline __m512 v16_fwd(__m512 o, __m512 z, __m512 e, __m512 elo) {
+static inline __m512 v16_fwd(__m512 o, __m512 z, __m512 e, __m512 elo, __m512 *flag, int fix) {
   __m512 s, oms;
   v16_sigmoid_pair(z, e, elo, &s, &oms);
   __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s);
-  if (v16_any_nonfinite(out)) out = v16_fix_lanes(2, out, o, z, o, s, oms);
+  if (!fix)
+    *flag = _mm512_fmadd_ps(out, _mm512_setzero_ps(), *flag);
+  else if (v16_any_nonfinite(out))
+    out = v16_fix_lanes(2, out, o, z, o, s, oms);
   return out;
 }
 
@@ -165,22 +172,43 @@ static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
   }
 }
 
+static inline __m512 bwd_chunk(float *dz, float *dos, const float *dout, const float *z,
+                               const float *o, const float *e, const float *elo, int64_t m,
+                               int fix) {
+  __m512 flag = _mm512_setzero_ps();
+  for (int64_t j = 0; j < m; j += 16) {
+    __mmask16 k = v16_mask(m - j);
+    __m512 vdz, vdos;
+    v16_bwd(_mm512_maskz_loadu_ps(k, dout + j), _mm512_maskz_loadu_ps(k, z + j),
+            _mm512_maskz_loadu_ps(k, o + j), _mm512_load_ps(e + j), _mm512_load_ps(elo + j), &vdz,
+            &vdos, &flag, fix);
+    _mm512_mask_storeu_ps(dz + j, k, vdz);
+    _mm512_mask_storeu_ps(dos + j, k, vdos);
+  }
+  return flag;
+}
+
 static void bwd_avx512(float *dz, float *dos, const float *dout, const float *z, const float *o,
                        int64_t n) {
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
   for (int64_t i = 0; i < n; i += ZG_AVX512_CHUNK) {
     int64_t m = n - i < ZG_AVX512_CHUNK ? n - i : ZG_AVX512_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 16) {
-      __mmask16 k = v16_mask(m - j);
-      __m512 vdz, vdos;
-      v16_bwd(_mm512_maskz_loadu_ps(k, dout + i + j), _mm512_maskz_loadu_ps(k, z + i + j),
-              _mm512_maskz_loadu_ps(k, o + i + j), _mm512_load_ps(e + j), _mm512_load_ps(elo + j),
-              &vdz, &vdos);
-      _mm512_mask_storeu_ps(dz + i + j, k, vdz);
-      _mm512_mask_storeu_ps(dos + i + j, k, vdos);
-    }
+    __m512 flag = bwd_chunk(dz + i, dos + i, dout + i, z + i, o + i, e, elo, m, 0);
+    if (v16_any_nonfinite(flag)) bwd_chunk(dz + i, dos + i, dout + i, z + i, o + i, e, elo, m, 1);
   }
+}
+
+static inline __m512 fwd_chunk(float *out, const float *o, const float *z, const float *e,
+                               const float *elo, int64_t m, int fix) {
+  __m512 flag = _mm512_setzero_ps();
+  for (int64_t j = 0; j < m; j += 16) {
+    __mmask16 k = v16_mask(m - j);
+    _mm512_mask_storeu_ps(out + j, k,
+                          v16_fwd(_mm512_maskz_loadu_ps(k, o + j), _mm512_maskz_loadu_ps(k, z + j),
+                                  _mm512_load_ps(e + j), _mm512_load_ps(elo + j), &flag, fix));
+  }
+  return flag;
 }
 
 static void fwd_avx512(float *out, const float *o, const float *z, int64_t n) {
@@ -188,13 +216,8 @@ static void fwd_avx512(float *out, const float *o, const float *z, int64_t n) {
   for (int64_t i = 0; i < n; i += ZG_AVX512_CHUNK) {
     int64_t m = n - i < ZG_AVX512_CHUNK ? n - i : ZG_AVX512_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 16) {
-      __mmask16 k = v16_mask(m - j);
-      _mm512_mask_storeu_ps(out + i + j, k,
-                            v16_fwd(_mm512_maskz_loadu_ps(k, o + i + j),
-                                    _mm512_maskz_loadu_ps(k, z + i + j), _mm512_load_ps(e + j),
-                                    _mm512_load_ps(elo + j)));
-    }
+    if (v16_any_nonfinite(fwd_chunk(out + i, o + i, z + i, e, elo, m, 0)))
+      fwd_chunk(out + i, o + i, z + i, e, elo, m, 1);
   }
 }
 
