@@ -12,7 +12,7 @@ from typing import Tuple
 import torch
 
 from . import _core
-from ._lib import Error
+from ._lib import Error, Status
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd"]
 
@@ -104,8 +104,8 @@ def compute_dzdo(do, z, o, chunk_size=64):
     o) may be strided views: no copy is made. Works on CPU and CUDA tensors. chunk_size is
     accepted for signature compatibility and ignored (no tiling to tune)."""
     if do.dim() != 4:
-        raise Error(5, "compute_dzdo takes (batch, seqlen, nheads, headdim) tensors; do has "
-                    "shape %s" % (tuple(do.shape),))
+        raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
+                    "tensors; do has shape %s" % (tuple(do.shape),))
     if torch.compiler.is_compiling():
         # Detached, as in eager mode: these results carry no autograd history.
         return torch.ops.zgate.bwd(do.detach(), z.detach(), o.detach())

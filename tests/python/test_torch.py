@@ -76,6 +76,9 @@ def test_in_place_and_errors(rng, device):
     assert ei.value.status == zgate.Status.ERR_DTYPE
     with pytest.raises(zgate.Error):
         zgate.bwd(dout.to("meta"), z, o)
+    with pytest.raises(zgate.Error) as ei:
+        zt.compute_dzdo(dout[0], z[0], o[0])
+    assert ei.value.status == zgate.Status.ERR_NDIM
     sparse = dout.cpu().to_sparse()
     with pytest.raises(zgate.Error, match="layout"):
         zgate.bwd(sparse, sparse, sparse)
