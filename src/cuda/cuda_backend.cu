@@ -1,18 +1,21 @@
 /* The CUDA backend: zg_cuda_run, called by the API for validated problems on CUDA devices.
  *
- * One kernel template does both operators. Each thread takes work items from a grid-stride
- * loop, two at a time (their loads are issued before either's stores, so more bytes are in
- * flight); an item is V consecutive elements of one row of the collapsed problem
- * (cuda_plan.h), read once from each input and written once to each output.
+ * One kernel template does both operators. Each thread takes one work item (the grid covers
+ * them all; a grid-stride loop takes over past 2^31-1 blocks): V consecutive elements of one
+ * row of the collapsed problem (cuda_plan.h), read once from each input and written once to
+ * each output.
  *   V = 8, 4, 2: rows contiguous in every tensor, vector accesses of up to 16 bytes; the row
  *                starts may be anywhere the strides say (Z as a view into the input
  *                projection, permuted heads, padded rows).
  *   V = 1:       any strides (a tensor not contiguous in its last dimension).
  * Instances: 2 operators x 4 dtype kinds (all f32, all f16, all bf16, mixed: dtype read per
- * tensor at run time, a uniform branch) x 4 widths = 32 kernels, compiled ahead of time.
+ * tensor at run time, a uniform branch) x 4 widths (f32 stops at 4) = 30 kernels, compiled
+ * ahead of time: no autotuning, no run-time compilation.
  *
- * Device: the tensors' device_id, made current for the call and restored after. Stream:
- * zgate_options.cuda_stream, else the legacy default stream (0) of that device. */
+ * Device: the tensors' device_id, made current for the call (cudaGetDevice / cudaSetDevice)
+ * and restored after, whatever was current. Stream: zgate_options.cuda_stream, else the
+ * legacy default stream (0) of that device. Every launch is checked (cudaGetLastError); CUDA
+ * errors become ZGATE_ERR_CUDA with the CUDA name and message. */
 #include <atomic>
 #include <stdint.h>
 
