@@ -34,9 +34,26 @@ def _make_struct(n, n_shapes=None):
 
 
 _STRUCTS = {3: _make_struct(3), 5: _make_struct(5)}
+
+
+def _make_hot_struct(n, k):
+    """The hot path's layout: each DLTensor header as six 64-bit words (data; device_type |
+    device_id << 32; ndim | code << 32 | bits << 40 | lanes << 48; shape; strides;
+    byte_offset), then k shape and k stride arrays, then the options. Fewer, wider values:
+    packing costs per value."""
+    fmt = "<" + "6Q" * n + "%dx" % (_SHAPE_OFF - _TENSOR_BYTES * n)
+    fmt += "4q" * k + "%dx" % (160 - 32 * k) + "4q" * k + "%dx" % (160 - 32 * k) + "QiiQQ"
+    s = struct.Struct(fmt)
+    assert s.size == _BLOCK_BYTES
+    return s
+
+
 # Fresh compact outputs reuse the first input's shape array and pass NULL strides (compact
-# row-major in DLPack): fewer values to pack on the hot path.
-_S3_FRESH, _S5_FRESH = _make_struct(3, 2), _make_struct(5, 3)
+# row-major in DLPack), so only the inputs' shapes and strides are packed.
+_S3_FRESH, _S5_FRESH = _make_hot_struct(3, 2), _make_hot_struct(5, 3)
+_CPU_WORD = 1   # device word of kDLCPU, id 0
+if sys.byteorder != "little":   # the layouts above are written little-endian
+    raise ImportError("zgate: big-endian hosts are not supported")
 
 
 class _Block:
@@ -133,6 +150,7 @@ def _desc_numpy(a, name, output):
 
 
 _torch_dtypes = None
+_torch_words = None   # dtype -> the header word ndim=4 | code << 32 | bits << 40 | lanes=1 << 48
 
 
 def _torch_strided():
@@ -141,10 +159,11 @@ def _torch_strided():
 
 
 def _torch_code_table():
-    global _torch_dtypes
+    global _torch_dtypes, _torch_words
     import torch
     _torch_dtypes = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16),
                      torch.float64: (2, 64)}
+    _torch_words = {k: 4 | c << 32 | b << 40 | 1 << 48 for k, (c, b) in _torch_dtypes.items()}
     return _torch_dtypes
 
 
@@ -372,42 +391,42 @@ def _bwd_torch_new(dout, z, o, num_threads):
     """bwd for three 4-D PyTorch tensors and new outputs: the hot path, kept to straight-line
     attribute reads, one pack and one call. Returns None to defer to the general path."""
     empty_like, contiguous, raw_stream = _torch_fast or _torch_fast_init()
-    tab = _torch_dtypes
+    words = _torch_words
     sd = dout.shape
-    cd, cz, co = tab.get(dout.dtype), tab.get(z.dtype), tab.get(o.dtype)
-    if len(sd) != 4 or cd is None or cz is None or co is None:
+    wd, wz, wo = words.get(dout.dtype), words.get(z.dtype), words.get(o.dtype)
+    if len(sd) != 4 or wd is None or wz is None or wo is None:
         return None
     if dout.is_cuda:
-        td, id_ = _dlpack.KDL_CUDA, dout.get_device()
-        stream = raw_stream(id_)
+        i = dout.get_device()
+        dd, stream = 2 | i << 32, raw_stream(i)
     elif dout.is_cpu:
-        td, id_, stream = _dlpack.KDL_CPU, 0, 0
+        dd, stream = _CPU_WORD, 0
     else:
         return None
     if z.is_cuda:
-        tz, iz = _dlpack.KDL_CUDA, z.get_device()
+        dz_ = 2 | z.get_device() << 32
     elif z.is_cpu:
-        tz, iz = _dlpack.KDL_CPU, 0
+        dz_ = _CPU_WORD
     else:
         return None
     if o.is_cuda:
-        to, io = _dlpack.KDL_CUDA, o.get_device()
+        do_ = 2 | o.get_device() << 32
     elif o.is_cpu:
-        to, io = _dlpack.KDL_CPU, 0
+        do_ = _CPU_WORD
     else:
         return None
     dz = empty_like(dout, memory_format=contiguous)
     dos = empty_like(dout, memory_format=contiguous)
     b = _tls_block()
-    c0, c1, c2 = b.consts[:3]
-    f0, f1, f2 = b.fresh
+    (s0, t0, _), (s1, t1, _), (s2, t2, _) = b.consts[:3]
+    f0 = b.fresh[0]
     _S5_FRESH.pack_into(
         b.buf, 0,
-        dout.data_ptr(), td, id_, 4, cd[0], cd[1], 1, c0[0], c0[1], 0,
-        z.data_ptr(), tz, iz, 4, cz[0], cz[1], 1, c1[0], c1[1], 0,
-        o.data_ptr(), to, io, 4, co[0], co[1], 1, c2[0], c2[1], 0,
-        dz.data_ptr(), td, id_, 4, cd[0], cd[1], 1, f0, f1, f2,
-        dos.data_ptr(), td, id_, 4, cd[0], cd[1], 1, f0, f1, f2,
+        dout.data_ptr(), dd, wd, s0, t0, 0,
+        z.data_ptr(), dz_, wz, s1, t1, 0,
+        o.data_ptr(), do_, wo, s2, t2, 0,
+        dz.data_ptr(), dd, wd, f0, 0, 0,
+        dos.data_ptr(), dd, wd, f0, 0, 0,
         *sd, *z.shape, *o.shape, *dout.stride(), *z.stride(), *o.stride(),
         _OPTIONS_SIZE, num_threads, 0, 0, stream)
     t = b.t
@@ -420,33 +439,33 @@ def _bwd_torch_new(dout, z, o, num_threads):
 def _fwd_torch_new(o, z, num_threads):
     """fwd for two 4-D PyTorch tensors and a new output (see _bwd_torch_new)."""
     empty_like, contiguous, raw_stream = _torch_fast or _torch_fast_init()
-    tab = _torch_dtypes
+    words = _torch_words
     so = o.shape
-    co, cz = tab.get(o.dtype), tab.get(z.dtype)
-    if len(so) != 4 or co is None or cz is None:
+    wo, wz = words.get(o.dtype), words.get(z.dtype)
+    if len(so) != 4 or wo is None or wz is None:
         return None
     if o.is_cuda:
-        to, io = _dlpack.KDL_CUDA, o.get_device()
-        stream = raw_stream(io)
+        i = o.get_device()
+        do_, stream = 2 | i << 32, raw_stream(i)
     elif o.is_cpu:
-        to, io, stream = _dlpack.KDL_CPU, 0, 0
+        do_, stream = _CPU_WORD, 0
     else:
         return None
     if z.is_cuda:
-        tz, iz = _dlpack.KDL_CUDA, z.get_device()
+        dz_ = 2 | z.get_device() << 32
     elif z.is_cpu:
-        tz, iz = _dlpack.KDL_CPU, 0
+        dz_ = _CPU_WORD
     else:
         return None
     out = empty_like(o, memory_format=contiguous)
     b = _tls_block()
-    c0, c1 = b.consts[:2]
-    f0, f1, f2 = b.fresh
+    (s0, t0, _), (s1, t1, _) = b.consts[:2]
+    f0 = b.fresh[0]
     _S3_FRESH.pack_into(
         b.buf, 0,
-        o.data_ptr(), to, io, 4, co[0], co[1], 1, c0[0], c0[1], 0,
-        z.data_ptr(), tz, iz, 4, cz[0], cz[1], 1, c1[0], c1[1], 0,
-        out.data_ptr(), to, io, 4, co[0], co[1], 1, f0, f1, f2,
+        o.data_ptr(), do_, wo, s0, t0, 0,
+        z.data_ptr(), dz_, wz, s1, t1, 0,
+        out.data_ptr(), do_, wo, f0, 0, 0,
         *so, *z.shape, *o.stride(), *z.stride(),
         _OPTIONS_SIZE, num_threads, 0, 0, stream)
     t = b.t
