@@ -1,8 +1,9 @@
 /* Register-level tests of one x86 SIMD path (kernels_avx2.c or kernels_avx512.c, picked by
  * ZG_TEST_AVX512 at build time; tests/simd/CMakeLists.txt builds one binary per path with
  * that path's flags). The kernel file is included whole, so its static helpers are in reach:
- *   - the exp recipe of simd_exp.h on ~18M floats of [-104.5, 0] against double exp: the
- *     stated bounds (0.690 ulp normal, 0.779 ulp subnormal results), e + elo within 2^-25
+ *   - the exp recipe of simd_exp.h on ~18M floats of [-104.5, 0] (all 1.12e9 with
+ *     ZGATE_TEST_EXHAUSTIVE=1) against double exp: the
+ *     stated bounds (0.690 ulp normal, 0.780 ulp subnormal results), e + elo within 2^-25
  *     relative (results above 2^-99), and the special values;
  *   - sigmoid and 1 - sigmoid each within 1 ulp of double;
  *   - bwd / fwd within 3.5 ulp of the numerics policy's scale (the bar is 4), on random
@@ -91,10 +92,16 @@ static double ulp_of(double v) {
 static void test_exp_bound(void **state) {
   (void)state;
   const uint32_t lo = 0x80000000u, hi = zg_f32_bits(-104.5f);
+  /* every 61st float (~18M points); ZGATE_TEST_EXHAUSTIVE=1: every float (1.12e9, ~30 s) */
+  const char *ex = getenv("ZGATE_TEST_EXHAUSTIVE");
+  const uint32_t step = ex && *ex == '1' ? 1u : 61u;
   double max_norm = 0, max_sub = 0, max_pair = 0;
   float x[VW], e[VW], elo[VW];
-  for (uint32_t b = lo; b <= hi - 61u * VW; b += 61u * VW) { /* ~18M points */
-    for (int j = 0; j < VW; j++) x[j] = zg_bits_f32(b + 61u * (uint32_t)j);
+  for (uint32_t b = lo; b <= hi; b += step * VW) {
+    for (int j = 0; j < VW; j++) { /* lanes past -104.5 repeat it */
+      uint32_t bj = b + step * (uint32_t)j;
+      x[j] = zg_bits_f32(bj <= hi ? bj : hi);
+    }
     vf l;
     vstore(e, vexp(vload(x), &l));
     vstore(elo, l);
@@ -114,7 +121,7 @@ static void test_exp_bound(void **state) {
   printf("[%s] exp: max %.4f ulp (normal), %.4f ulp (subnormal); e+elo max rel %.3g\n", isa_name,
          max_norm, max_sub, max_pair);
   assert_true(max_norm <= 0.690);
-  assert_true(max_sub <= 0.779);
+  assert_true(max_sub <= 0.780);
   assert_true(max_pair <= 0x1p-25);
 }
 
