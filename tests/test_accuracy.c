@@ -25,16 +25,20 @@ enum {
   L_BCAST,         /* inputs with zero strides (broadcast); outputs dense */
   L_INPLACE,       /* dout_scaled is dout */
   L_ZPROJ_INPLACE, /* the common real case: projection z, in place dout */
-  L_COUNT
+  L_COUNT,
+  L_MIXED = L_COUNT /* each tensor its own layout (acc_case.lay), z maybe a projection view */
 };
-static const char *const layout_names[L_COUNT] = {"dense", "byte_offset", "zproj", "permuted",
-                                                  "padded", "broadcast", "inplace", "zproj+inplace"};
+static const char *const layout_names[L_COUNT + 1] = {"dense", "byte_offset", "zproj", "permuted",
+                                                      "padded", "broadcast", "inplace",
+                                                      "zproj+inplace", "mixed"};
 
 typedef struct acc_case {
   int fwd;
   int64_t shape[4];
   int layout;
   DLDataType dt[5]; /* bwd: dout z o dz dout_scaled; fwd: o z out */
+  int lay[5];       /* L_MIXED: per tensor L_DENSE, L_OFFSET, L_PERMUTED, L_PADDED, L_BCAST */
+  int mixed_inplace, mixed_zproj;
 } acc_case;
 
 typedef struct acc_run {
@@ -70,6 +74,12 @@ static void describe(const acc_case *c, char *buf, size_t n) {
   for (int i = 0; i < nt && k > 0 && (size_t)k < n; i++)
     k += snprintf(buf + k, n - (size_t)k, " %s=%s", c->fwd ? fwd_names[i] : bwd_names[i],
                   zgate_check_dtype_name(c->dt[i]));
+  if (c->layout == L_MIXED)
+    for (int i = 0; i < nt && k > 0 && (size_t)k < n; i++)
+      k += snprintf(buf + k, n - (size_t)k, " %s:%s", c->fwd ? fwd_names[i] : bwd_names[i],
+                    (c->mixed_inplace && i == 4) ? "inplace"
+                    : (c->mixed_zproj && i == 1) ? "zproj"
+                                                 : layout_names[c->lay[i]]);
 }
 
 static int fail_case(const acc_case *c, const char *fmt, ...) {
@@ -88,8 +98,10 @@ static int fail_case(const acc_case *c, const char *fmt, ...) {
 static int run_case(acc_case *c) {
   const int nt = c->fwd ? 3 : 5, n_in = c->fwd ? 2 : 3;
   const int iz = 1; /* z is slot 1 in both signatures */
-  const int inplace = !c->fwd && (c->layout == L_INPLACE || c->layout == L_ZPROJ_INPLACE);
-  const int zproj = c->layout == L_ZPROJ || c->layout == L_ZPROJ_INPLACE;
+  const int mixed = c->layout == L_MIXED;
+  const int inplace = !c->fwd && (c->layout == L_INPLACE || c->layout == L_ZPROJ_INPLACE ||
+                                  (mixed && c->mixed_inplace));
+  const int zproj = c->layout == L_ZPROJ || c->layout == L_ZPROJ_INPLACE || (mixed && c->mixed_zproj);
   const int64_t *sh = c->shape, numel = zt_numel(sh);
   zt_rng *r = &g_run.rng;
   int problems = 0;
@@ -113,7 +125,8 @@ static int run_case(acc_case *c) {
     const int64_t *strides = NULL;
     int64_t H = sh[2], D = sh[3];
     zt_compact_strides(sh, st);
-    int use_off = c->layout == L_OFFSET;
+    const int lay = mixed ? c->lay[i] : c->layout;
+    int use_off = lay == L_OFFSET;
     int as_null = (i + (int)g_run.counter) & 1;
     size_t lead = 64 + (size_t)zt_int(r, 0, 7) * (size_t)esize; /* guard before, odd alignment */
     size_t extra = 0;                                          /* bytes before the first element */
@@ -122,21 +135,21 @@ static int run_case(acc_case *c) {
       st[3] = 1; st[2] = D; st[1] = P; st[0] = sh[1] * P;
       extra = (size_t)(c0 * esize);
       strides = st;
-    } else if (c->layout == L_PERMUTED) {
+    } else if (lay == L_PERMUTED) {
       strides_for_order(sh, perms[(i + (int)g_run.counter) % 6], st);
       strides = st;
-    } else if (c->layout == L_PADDED) {
+    } else if (lay == L_PADDED) {
       st[3] = 1 + (i & 1);
       st[2] = D * st[3] + 1 + i;
       st[1] = H * st[2] + 3;
       st[0] = sh[1] * st[1] + 5;
       strides = st;
-    } else if (c->layout == L_BCAST && i < n_in) {
+    } else if (lay == L_BCAST && i < n_in) {
       if (i == iz) st[3] = 0;       /* one z per (b, l, h) */
       else if (i == 0) st[1] = 0;   /* dout (bwd) / o (fwd) shared over seqlen */
       else st[0] = 0;               /* o (bwd) shared over batch */
       strides = st;
-    } else if (!as_null || c->layout == L_OFFSET) {
+    } else if (!as_null || lay == L_OFFSET) {
       strides = st; /* compact, spelled out */
     }
     size_t span = zt_span_bytes(dt, sh, st);
@@ -306,6 +319,37 @@ static void matrix(int fwd) {
 static void test_bwd_matrix(void **state) { (void)state; matrix(0); }
 static void test_fwd_matrix(void **state) { (void)state; matrix(1); }
 
+/* Random shapes (sizes 0 included, headdims around every vector width), random dtypes, and
+ * each tensor in its own layout: combinations the fixed matrix does not reach. */
+static void test_random_layouts(void **state) {
+  (void)state;
+  static const int64_t dims[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 80, 96, 127, 128, 129};
+  static const int lays[5] = {L_DENSE, L_OFFSET, L_PERMUTED, L_PADDED, L_BCAST};
+  zt_rng *r = &g_run.rng;
+  int n = zt_quick() ? 40 : 400;
+  int64_t before = g_run.failed;
+  for (int k = 0; k < n; k++) {
+    acc_case c = {0};
+    c.fwd = (int)(zt_next(r) & 1);
+    c.layout = L_MIXED;
+    c.shape[0] = zt_int(r, 1, 3);
+    c.shape[1] = zt_int(r, 1, 40);
+    c.shape[2] = zt_int(r, 1, 5);
+    c.shape[3] = dims[zt_next(r) % (sizeof dims / sizeof dims[0])];
+    if (zt_next(r) % 32 == 0) c.shape[zt_next(r) % 4] = 0;
+    for (int i = 0; i < 5; i++) {
+      c.dt[i] = zt_dtypes[zt_next(r) % 3];
+      c.lay[i] = lays[zt_next(r) % (i < (c.fwd ? 2 : 3) ? 5 : 4)]; /* outputs never broadcast */
+    }
+    c.mixed_inplace = !c.fwd && (zt_next(r) & 1);
+    if (c.mixed_inplace && c.lay[0] == L_BCAST) c.lay[0] = L_DENSE; /* dout is an output then */
+    c.mixed_zproj = (int)(zt_next(r) & 1);
+    run_case(&c);
+  }
+  printf("random layouts: %d cases, %lld failed\n", n, (long long)(g_run.failed - before));
+  assert_int_equal(g_run.failed - before, 0);
+}
+
 /* Large dense problems: the multi-threaded split and the streaming-store path (outputs of
  * 4 MiB and more), with odd sizes so every thread's range has a tail. */
 static void test_large(void **state) {
@@ -351,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_isa_choice),
       cmocka_unit_test(test_bwd_matrix),
       cmocka_unit_test(test_fwd_matrix),
+      cmocka_unit_test(test_random_layouts),
       cmocka_unit_test(test_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
