@@ -153,9 +153,15 @@ _torch_dtypes = None
 _torch_words = None   # dtype -> the header word ndim=4 | code << 32 | bits << 40 | lanes=1 << 48
 
 
+_strided = None
+
+
 def _torch_strided():
-    import torch
-    return torch.strided
+    global _strided
+    if _strided is None:
+        import torch
+        _strided = torch.strided
+    return _strided
 
 
 def _torch_code_table():
