@@ -8,8 +8,11 @@
  * bfloat16 stores use the exact integer round-to-nearest-even, not AVX512_BF16's
  * VCVTNEPS2BF16: that instruction treats subnormal inputs as zero and flushes subnormal
  * results (it ignores MXCSR and behaves as DAZ/FTZ), so it is not the exact RNE that
- * zg_f32_to_bf16 defines. float16 uses VCVTPS2PH with the rounding mode in the immediate
- * (round to nearest even; subnormals exact, MXCSR.DAZ not consulted). */
+ * zg_f32_to_bf16 defines (Intel SDM: "output denormals are always flushed to zero and input
+ * denormals are always treated as zero"). float16 uses VCVTPS2PH with the rounding mode in
+ * the immediate (round to nearest even): it ignores MXCSR.FTZ, so float16 subnormal results
+ * are exact, and the float32 subnormals that MXCSR.DAZ would zero round to +-0 in float16
+ * anyway. */
 #include <immintrin.h>
 #include <stdint.h>
 
