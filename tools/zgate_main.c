@@ -20,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log as they are printed */
   if (argc < 2) {
     usage(stderr);
     return CLI_EXIT_USAGE;
