@@ -114,45 +114,10 @@ static inline void v4_sigmoid_pair(float32x4_t z, float32x4_t e, float32x4_t elo
   *oms = vbslq_f32(neg, r_c, er_c);
 }
 
-/* Lanes whose results came out inf or NaN: redone in double from the same s and 1 - s,
- * with gate_math.h's grouping. A float32 intermediate can overflow where the float64
- * formula does not (dout*z = inf times s = 0 gives NaN, not 0), and inf/NaN inputs must
- * give what the float64 formula gives. Rare, so out of line; the same as the x86 paths.
- * which: 0 dz, 1 dout_scaled, 2 fwd out (then dout is o). */
-__attribute__((noinline, cold)) static float32x4_t v4_fix_lanes(int which, float32x4_t v,
-                                                                float32x4_t dout, float32x4_t z,
-                                                                float32x4_t o, float32x4_t s,
-                                                                float32x4_t oms) {
-  float vv[4], vd[4], vz[4], vo[4], vs[4], voms[4];
-  vst1q_f32(vv, v);
-  vst1q_f32(vd, dout);
-  vst1q_f32(vz, z);
-  vst1q_f32(vo, o);
-  vst1q_f32(vs, s);
-  vst1q_f32(voms, oms);
-  for (int j = 0; j < 4; j++) {
-    if (isfinite(vv[j])) continue;
-    double zd = vz[j], sd = vs[j];
-    if (which == 0)
-      vv[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
-    else if (which == 1)
-      vv[j] = (float)(((double)vd[j] * zd) * sd);
-    else
-      vv[j] = (float)(((double)vo[j] * zd) * sd);
-  }
-  return vld1q_f32(vv);
-}
-
-/* Any lane of v inf or NaN? (x*0 is NaN exactly then; a + b can only add false alarms.) */
-static inline int v4_any_nonfinite(float32x4_t v) {
-  float32x4_t t = vmulq_f32(v, vdupq_n_f32(0.0f));
-  return vminvq_u32(vceqq_f32(t, t)) == 0;
-}
-
 /* dz = (dout*o) * h, h = s*(1 + z*(1-s)), dos = (dout*z)*s: gate_math.h's grouping, with
  * simd_exp.h's refinements: dout*o carried with its rounding error (a + alo), h formed as
- * fma(s*z, 1-s, s) (one rounding). Lanes that come out inf or NaN are redone by
- * v4_fix_lanes. */
+ * fma(s*z, 1-s, s) (one rounding). Lanes that come out inf or NaN are redone afterwards
+ * (fix_bwd). */
 static inline void v4_bwd(float32x4_t dout, float32x4_t z, float32x4_t o, float32x4_t e,
                           float32x4_t elo, float32x4_t *dz, float32x4_t *dos) {
   float32x4_t s, oms;
@@ -160,23 +125,18 @@ static inline void v4_bwd(float32x4_t dout, float32x4_t z, float32x4_t o, float3
   float32x4_t h = vfmaq_f32(s, vmulq_f32(s, z), oms);
   float32x4_t a = vmulq_f32(dout, o);
   float32x4_t alo = vfmaq_f32(vnegq_f32(a), dout, o); /* dout*o - a, exact */
-  float32x4_t vdz = vfmaq_f32(vmulq_f32(alo, h), a, h);
-  float32x4_t vdos = vmulq_f32(vmulq_f32(dout, z), s);
-  if (v4_any_nonfinite(vaddq_f32(vdz, vdos))) {
-    vdz = v4_fix_lanes(0, vdz, dout, z, o, s, oms);
-    vdos = v4_fix_lanes(1, vdos, dout, z, o, s, oms);
-  }
-  *dz = vdz;
-  *dos = vdos;
+  *dz = vfmaq_f32(vmulq_f32(alo, h), a, h);
+  *dos = vmulq_f32(vmulq_f32(dout, z), s);
 }
 
 static inline float32x4_t v4_fwd(float32x4_t o, float32x4_t z, float32x4_t e, float32x4_t elo) {
   float32x4_t s, oms;
   v4_sigmoid_pair(z, e, elo, &s, &oms);
-  float32x4_t out = vmulq_f32(vmulq_f32(o, z), s);
-  if (v4_any_nonfinite(out)) out = v4_fix_lanes(2, out, o, z, o, s, oms);
-  return out;
+  return vmulq_f32(vmulq_f32(o, z), s);
 }
+
+/* All-ones in the lanes where v is finite (|v| < inf is false for inf and NaN). */
+static inline uint32x4_t v4_finite(float32x4_t v) { return vcaltq_f32(v, vdupq_n_f32(INFINITY)); }
 
 /* ---- float-array kernels ---------------------------------------------------------------- */
 
@@ -200,16 +160,83 @@ static inline void v4_store_part(float *p, int64_t rem, float32x4_t v) {
 /* The math runs in two passes over chunks of ZG_NEON_CHUNK elements: exp first, into a small
  * buffer, then the rest. One pass is a single long dependency chain per vector (exp,
  * division, corrections) that the out-of-order window cannot overlap enough of; two shorter
- * chains overlap better (the reason the x86 paths do the same; docs/perf-notes.md). */
+ * chains overlap better (the reason the x86 paths do the same; docs/perf-notes.md).
+ * Inside each pass the loop over whole vectors has no call in it (the partial last vector and
+ * the inf/NaN fix-up run after it), so the ~20 constants stay in registers: a call would
+ * clobber them (AArch64 keeps only the low halves of v8-v15 across calls). */
 #define ZG_NEON_CHUNK 64
 
+static inline float32x4_t v4_negabs(float32x4_t z) {
+  return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(z), vdupq_n_u32(0x80000000u)));
+}
+
+/* e + elo = exp(-|z|) for z[0..m), m <= ZG_NEON_CHUNK; a partial last vector fills its
+ * whole slot of e and elo (the buffers hold ZG_NEON_CHUNK, a multiple of 4). */
 static inline void exp_pass(float *e, float *elo, const float *z, int64_t m) {
-  const uint32x4_t sign = vdupq_n_u32(0x80000000u);
-  for (int64_t j = 0; j < m; j += 4) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
     float32x4_t lo;
-    float32x4_t negabs = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(v4_load_part(z + j, m - j)), sign));
-    vst1q_f32(e + j, v4_exp_neg(negabs, &lo));
+    vst1q_f32(e + j, v4_exp_neg(v4_negabs(vld1q_f32(z + j)), &lo));
     vst1q_f32(elo + j, lo);
+  }
+  if (j < m) {
+    float32x4_t lo;
+    vst1q_f32(e + j, v4_exp_neg(v4_negabs(v4_load_part(z + j, m - j)), &lo));
+    vst1q_f32(elo + j, lo);
+  }
+}
+
+/* Redo, in double, the lanes of one vector of results that came out inf or NaN, from the
+ * same s and 1 - s, with gate_math.h's grouping. A float32 intermediate can overflow where the
+ * float64 formula does not (dout*z = inf times s = 0 gives NaN, not 0), and inf/NaN inputs
+ * must give what the float64 formula gives. The same rule as the x86 paths.
+ * which: 0 dz, 1 dout_scaled, 2 fwd out (then dout is o). */
+static float32x4_t v4_fix_lanes(int which, float32x4_t v, float32x4_t dout, float32x4_t z,
+                                float32x4_t o, float32x4_t s, float32x4_t oms) {
+  float vv[4], vd[4], vz[4], vo[4], vs[4], voms[4];
+  vst1q_f32(vv, v);
+  vst1q_f32(vd, dout);
+  vst1q_f32(vz, z);
+  vst1q_f32(vo, o);
+  vst1q_f32(vs, s);
+  vst1q_f32(voms, oms);
+  for (int j = 0; j < 4; j++) {
+    if (isfinite(vv[j])) continue;
+    double zd = vz[j], sd = vs[j];
+    if (which == 0)
+      vv[j] = (float)(((double)vd[j] * vo[j]) * (sd * (1.0 + zd * (double)voms[j])));
+    else if (which == 1)
+      vv[j] = (float)(((double)vd[j] * zd) * sd);
+    else
+      vv[j] = (float)(((double)vo[j] * zd) * sd);
+  }
+  return vld1q_f32(vv);
+}
+
+/* The fix-up pass over one chunk, run only when some result in it is inf or NaN (rare):
+ * s and 1 - s are recomputed from the chunk's e and elo, bit for bit as the main pass. */
+__attribute__((noinline, cold)) static void fix_bwd(float *dz, float *dos, const float *dout,
+                                                    const float *z, const float *o,
+                                                    const float *e, const float *elo, int64_t m) {
+  for (int64_t j = 0; j < m; j += 4) {
+    float32x4_t vdz = v4_load_part(dz + j, m - j), vdos = v4_load_part(dos + j, m - j);
+    if (vminvq_u32(vandq_u32(v4_finite(vdz), v4_finite(vdos))) != 0) continue;
+    float32x4_t vz = v4_load_part(z + j, m - j), s, oms;
+    float32x4_t vdout = v4_load_part(dout + j, m - j), vo = v4_load_part(o + j, m - j);
+    v4_sigmoid_pair(vz, vld1q_f32(e + j), vld1q_f32(elo + j), &s, &oms);
+    v4_store_part(dz + j, m - j, v4_fix_lanes(0, vdz, vdout, vz, vo, s, oms));
+    v4_store_part(dos + j, m - j, v4_fix_lanes(1, vdos, vdout, vz, vo, s, oms));
+  }
+}
+
+__attribute__((noinline, cold)) static void fix_fwd(float *out, const float *o, const float *z,
+                                                    const float *e, const float *elo, int64_t m) {
+  for (int64_t j = 0; j < m; j += 4) {
+    float32x4_t vout = v4_load_part(out + j, m - j);
+    if (vminvq_u32(v4_finite(vout)) != 0) continue;
+    float32x4_t vz = v4_load_part(z + j, m - j), vo = v4_load_part(o + j, m - j), s, oms;
+    v4_sigmoid_pair(vz, vld1q_f32(e + j), vld1q_f32(elo + j), &s, &oms);
+    v4_store_part(out + j, m - j, v4_fix_lanes(2, vout, vo, vz, vo, s, oms));
   }
 }
 
@@ -219,13 +246,25 @@ static void bwd_neon(float *dz, float *dos, const float *dout, const float *z, c
   for (int64_t i = 0; i < n; i += ZG_NEON_CHUNK) {
     int64_t m = n - i < ZG_NEON_CHUNK ? n - i : ZG_NEON_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 4) {
+    uint32x4_t finite = vdupq_n_u32(~0u);
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+      float32x4_t vdz, vdos;
+      v4_bwd(vld1q_f32(dout + i + j), vld1q_f32(z + i + j), vld1q_f32(o + i + j),
+             vld1q_f32(e + j), vld1q_f32(elo + j), &vdz, &vdos);
+      finite = vandq_u32(finite, v4_finite(vaddq_f32(vdz, vdos))); /* sum: only false alarms */
+      vst1q_f32(dz + i + j, vdz);
+      vst1q_f32(dos + i + j, vdos);
+    }
+    if (j < m) {
       float32x4_t vdz, vdos;
       v4_bwd(v4_load_part(dout + i + j, m - j), v4_load_part(z + i + j, m - j),
              v4_load_part(o + i + j, m - j), vld1q_f32(e + j), vld1q_f32(elo + j), &vdz, &vdos);
+      finite = vandq_u32(finite, v4_finite(vaddq_f32(vdz, vdos)));
       v4_store_part(dz + i + j, m - j, vdz);
       v4_store_part(dos + i + j, m - j, vdos);
     }
+    if (vminvq_u32(finite) == 0) fix_bwd(dz + i, dos + i, dout + i, z + i, o + i, e, elo, m);
   }
 }
 
@@ -234,10 +273,21 @@ static void fwd_neon(float *out, const float *o, const float *z, int64_t n) {
   for (int64_t i = 0; i < n; i += ZG_NEON_CHUNK) {
     int64_t m = n - i < ZG_NEON_CHUNK ? n - i : ZG_NEON_CHUNK;
     exp_pass(e, elo, z + i, m);
-    for (int64_t j = 0; j < m; j += 4)
-      v4_store_part(out + i + j, m - j,
-                    v4_fwd(v4_load_part(o + i + j, m - j), v4_load_part(z + i + j, m - j),
-                           vld1q_f32(e + j), vld1q_f32(elo + j)));
+    uint32x4_t finite = vdupq_n_u32(~0u);
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+      float32x4_t vout = v4_fwd(vld1q_f32(o + i + j), vld1q_f32(z + i + j), vld1q_f32(e + j),
+                                vld1q_f32(elo + j));
+      finite = vandq_u32(finite, v4_finite(vout));
+      vst1q_f32(out + i + j, vout);
+    }
+    if (j < m) {
+      float32x4_t vout = v4_fwd(v4_load_part(o + i + j, m - j), v4_load_part(z + i + j, m - j),
+                                vld1q_f32(e + j), vld1q_f32(elo + j));
+      finite = vandq_u32(finite, v4_finite(vout));
+      v4_store_part(out + i + j, m - j, vout);
+    }
+    if (vminvq_u32(finite) == 0) fix_fwd(out + i, o + i, z + i, e, elo, m);
   }
 }
 
