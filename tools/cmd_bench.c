@@ -53,6 +53,7 @@ static void usage(FILE *f) {
           "  --layout LIST      dense,zview,permuted,inplace or all (default dense,zview)\n"
           "  --backend LIST     best (default: the chosen CPU path) and every CUDA device; or all,\n"
           "                     cpu, scalar, avx2, avx512, neon, cuda, cuda:N\n"
+          "  --isa LIST         the same for CPU paths only, e.g. --isa scalar,avx2\n"
           "  --op bwd|fwd|both  which direction to time (default bwd)\n"
           "  --threads N        CPU threads (default 0 = OpenMP default), for zgate and the ceiling\n"
           "  --repeats N        timed calls per configuration, the median is reported (default 10\n"
@@ -66,7 +67,7 @@ static void usage(FILE *f) {
 
 static const cli_opt bench_opts[] = {{"shape", 1},   {"dtype", 1},   {"layout", 1}, {"backend", 1},
                                      {"op", 1},      {"threads", 1}, {"repeats", 1}, {"warmup", 1},
-                                     {"json", 1},    {"png", 1},     {"no-plot", 0}};
+                                     {"json", 1},    {"png", 1},     {"no-plot", 0}, {"isa", 1}};
 
 static int on_opt(void *ctx, int which, const char *v) {
   bench_cfg *c = ctx;
@@ -101,6 +102,11 @@ static int on_opt(void *ctx, int which, const char *v) {
   case 8: c->json = v; return 0;
   case 9: c->png = v; return 0;
   case 10: c->plot = 0; return 0;
+  case 11: /* --isa: the CPU paths only, same names as --backend */
+    if (strstr(v, "cuda"))
+      return cli_error("bench", "--isa takes CPU paths (scalar, avx2, avx512, neon); use --backend for CUDA"), -1;
+    c->backend_spec = v;
+    return 0;
   }
   return -1;
 }

@@ -73,6 +73,7 @@ static void usage(FILE *f) {
           "                     view into the input projection; permuted = other memory orders,\n"
           "                     padded rows, strided headdim; inplace = dout_scaled over dout\n"
           "  --backend LIST     all (default), cpu, best, scalar, avx2, avx512, neon, cuda, cuda:N\n"
+          "  --isa LIST         the same for CPU paths only, e.g. --isa scalar,avx2\n"
           "  --op bwd|fwd|both  which direction to check (default both)\n"
           "  --threads N        CPU threads per call (default 0 = OpenMP default)\n"
           "  --seed N           random seed (default 1)\n"
@@ -84,7 +85,7 @@ static void usage(FILE *f) {
 
 static const cli_opt check_opts[] = {{"shape", 1}, {"dtype", 1},   {"layout", 1},     {"backend", 1},
                                      {"op", 1},    {"threads", 1}, {"seed", 1},       {"no-special", 0},
-                                     {"report", 1}, {"verbose", 0}};
+                                     {"report", 1}, {"verbose", 0}, {"isa", 1}};
 
 static int on_opt(void *ctx, int which, const char *v) {
   check_cfg *c = ctx;
@@ -115,6 +116,11 @@ static int on_opt(void *ctx, int which, const char *v) {
   case 7: c->special = 0; return 0;
   case 8: c->report = v; return 0;
   case 9: c->verbose = 1; return 0;
+  case 10: /* --isa: the CPU paths only, same names as --backend */
+    if (strstr(v, "cuda"))
+      return cli_error("check", "--isa takes CPU paths (scalar, avx2, avx512, neon); use --backend for CUDA"), -1;
+    c->backend_spec = v;
+    return 0;
   }
   return -1;
 }
