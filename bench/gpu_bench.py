@@ -19,6 +19,10 @@ It is called with preallocated outputs (its own launch, as in compute_dzdo); for
 that are not a power of two it reads and writes past each row, so its tensors get slack.
 zgate is called through a minimal ctypes shim over libzgate (prebuilt DLTensors, the
 current torch stream); the python/zgate package, when importable, adds a per-call column.
+
+Build variants (scripts/gpu-run.sh): --variant-libs NAME=PATH,... loads several builds of
+libzgate into this one process and times each as its own implementation on the same
+tensors, interleaved shape by shape; the summary gives each one's geomean fraction of copy.
 """
 import argparse
 import ctypes
@@ -223,6 +227,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variant-libs", default="", help="NAME=PATH,... builds timed side by side")
+    ap.add_argument("--quick", action="store_true", help="skip the per-call wall times")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -236,7 +242,12 @@ def main():
     print("device: %s, %d SMs; torch %s, triton %s" % (dev.name, dev.multi_processor_count,
                                                      torch.__version__, triton.__version__))
     print("zgate: %s" % shim.lib.zgate_build_info().decode())
-    impls = args.impls.split(",")
+    impls = [i for i in args.impls.split(",") if i]
+    variants = {}
+    for spec in filter(None, args.variant_libs.split(",")):
+        name, path = spec.split("=", 1)
+        variants[name] = Shim(path)
+        impls.append(name)
     mod = None
     if "orig" in impls:
         if args.orig:
@@ -283,6 +294,8 @@ def main():
                     dos = padded_empty(shape, dtype, slack)
                     if impl == "zgate":
                         fn = shim.bwd_fn(dout, z, o, dz, dos)
+                    elif impl in variants:
+                        fn = variants[impl].bwd_fn(dout, z, o, dz, dos)
                     elif impl == "eager":
                         res = {}
 
@@ -305,13 +318,14 @@ def main():
                     row[impl + "_ms"] = ms
                     row[impl + "_gbs"] = gbs
                     row[impl + "_frac"] = gbs / copy_gbs
-                    row[impl + "_call_us"] = per_call_us(fn, ms)
-                    if impl in ("zgate", "orig"):
+                    if not args.quick:
+                        row[impl + "_call_us"] = per_call_us(fn, ms)
+                    if impl in ("zgate", "orig") or impl in variants:
                         got_dz, got_dos = dz, dos
                     else:
                         got_dz, got_dos = res["out"]
                     row[impl + "_err"] = max(rel_err(got_dz, ref_dz), rel_err(got_dos, ref_dos))
-                    if impl == "zgate" and pkg is not None:
+                    if impl == "zgate" and pkg is not None and not args.quick:
                         try:
                             pf = lambda: pkg.bwd(dout, z, o, dz=dz, dout_scaled=dos)  # noqa: E731
                             pf()
@@ -337,15 +351,20 @@ def main():
     for r in rows:
         cells = ["%.1f (%.1f%%)" % (r[i + "_ms"] * 1e3, 100 * r[i + "_frac"]) for i in impls]
         print("| %s | %s | %s | %.0f | %s | %.1e |" % (r["dtype"], r["layout"], tuple(r["shape"]),
-                                                    r["bytes"] / 1e6, " | ".join(cells), r["zgate_err"]))
+                                                    r["bytes"] / 1e6, " | ".join(cells), r.get("zgate_err", 0.0)))
     print()
+    for name in variants:
+        fr = [r[name + "_frac"] for r in rows]
+        print("variant %s: geomean %.2f%% of copy, min %.1f%%, max %.1f%%, max error %.1e" % (
+            name, 100 * math.exp(statistics.fmean(math.log(x) for x in fr)), 100 * min(fr),
+            100 * max(fr), max(r[name + "_err"] for r in rows)))
     big = [r for r in rows if r["bytes"] >= 256e6]
-    if big:
+    if big and "zgate" in impls:
         worst = min(big, key=lambda r: r["zgate_frac"])
         print("zgate, shapes moving >= 256 MB: min %.1f%% of copy (%s %s %s), target >= 97%%" % (
             100 * worst["zgate_frac"], worst["dtype"], worst["layout"], tuple(worst["shape"])))
     for other in ("compile", "orig"):
-        if other in impls:
+        if other in impls and "zgate" in impls:
             ratios = [r[other + "_ms"] / r["zgate_ms"] for r in rows]
             slower = [r for r in rows if r["zgate_ms"] > r[other + "_ms"]]
             print("vs %s: geomean speedup %.3fx, min %.3fx, zgate slower on %d of %d" % (

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Build, test, sanitize and benchmark the CUDA backend on a GPU machine, in one call.
-#   scripts/gpu-run.sh            everything (build, ctest, bench, >2^31 test, compute-sanitizer)
+# Build, compare kernel variants, test, sanitize and benchmark the CUDA backend on a GPU
+# machine, in one call.
+#   scripts/gpu-run.sh            everything (build, variants, ctest, >2^31 test,
+#                                 compute-sanitizer, bench)
 #   STAGES="build ctest" scripts/gpu-run.sh     a subset
+#   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_backend.cu's
+#                                 ZG_CUDA_* macros), each a full build in build/var<i>; the
+#                                 variants stage times them side by side in one process
+#                                 (zgate only, shapes moving >= 336 MB) and the remaining
+#                                 stages test and benchmark the one with the highest geomean
+#                                 fraction of copy bandwidth. VARIANTS="" builds $BUILD only.
 # Logs go to $OUT (the device tool's output folder; build/gpu-out elsewhere), at most 8 files.
 # Where the machine lacks libdlpack-dev / libcmocka-dev, headers and library copied from a
 # Debian machine into build/gpu-deps (git-ignored) are used: see docs/performance.md.
@@ -12,10 +20,12 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
-STAGES=${STAGES:-"build ctest big sanitize bench"}
+STAGES=${STAGES:-"build variants ctest big sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 DEPS=$PWD/build/gpu-deps
+VARIANTS=${VARIANTS-"v3index=-DZG_CUDA_LAYOUTS=0;layouts=;t128=-DZG_CUDA_THREADS=128 -DZG_CUDA_MINB=8;t512=-DZG_CUDA_THREADS=512 -DZG_CUDA_MINB=2;u2t128=-DZG_CUDA_UNROLL=2 -DZG_CUDA_THREADS=128 -DZG_CUDA_MINB=4;ldg=-DZG_CUDA_LDG=1"}
 summary=()
+START=$(date +%s)
 
 stage() { # name timeout 'shell command' (run by bash -c, so functions are exported)
   local name=$1 limit=$2 cmd=$3
@@ -29,7 +39,7 @@ stage() { # name timeout 'shell command' (run by bash -c, so functions are expor
 {
   date -u; uname -m; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   nvcc --version | tail -1; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-} >"$OUT/env.txt" 2>&1
+} >"$OUT/build.log" 2>&1
 
 CFG="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZGATE_CUDA=ON -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF"
 [ -f /usr/include/dlpack/dlpack.h ] || CFG="$CFG -DDLPACK_INCLUDE_DIR=$DEPS/include"
@@ -38,19 +48,67 @@ if [ ! -f /usr/include/cmocka.h ] && [ -f "$DEPS/include/cmocka.h" ]; then
   export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 command -v ninja >/dev/null && CFG="$CFG -G Ninja"
-export OUT BUILD CFG
+IFS=';' read -ra VLIST <<<"$VARIANTS"
+export OUT BUILD CFG VARIANTS
 
-build() {
-  cmake -S . -B "$BUILD" $CFG && cmake --build "$BUILD" -j "$(nproc)" || return 1
-  # resource use and vector widths of the kernels, for docs/perf-notes.md
-  cuobjdump -res-usage "$BUILD"/src/libzgate.so 2>/dev/null | grep -A1 gate_kernel | grep -o "REG:[0-9]*" | sort | uniq -c
-  echo "16-byte loads/stores in the fatbin:"; cuobjdump -sass "$BUILD"/src/libzgate.so 2>/dev/null | grep -oE "(LDG|STG)\.E\.128" | sort | uniq -c
-  return 0
+build_one() { # dir flags
+  cmake -S . -B "$1" $CFG "-DCMAKE_CUDA_FLAGS=$2" >"$1.cfg.log" 2>&1 &&
+    cmake --build "$1" --target zgate test_cuda_gate -j 6 >"$1.build.log" 2>&1 || { tail -30 "$1.cfg.log" "$1.build.log"; return 1; }
 }
-export -f build
-stage build 200 build
-stage ctest 150 'ctest --test-dir "$BUILD" -V -R cuda_gate -E cuda_gate_big'
-stage big 90 '"$BUILD/tests/cuda/test_cuda_gate" --big'
+build() {
+  local i=0 rc=0 spec pids=()
+  if [ -z "$VARIANTS" ]; then build_one "$BUILD" "" || return 1; fi
+  IFS=';' read -ra list <<<"$VARIANTS"
+  for spec in "${list[@]}"; do
+    mkdir -p build; build_one "build/var$i" "${spec#*=}" & pids+=($!); i=$((i + 1))
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+export -f build build_one
+stage build 150 build
+
+variants() {
+  local i=0 spec libs=""
+  IFS=';' read -ra list <<<"$VARIANTS"
+  for spec in "${list[@]}"; do libs="$libs${libs:+,}${spec%%=*}=build/var$i/src/libzgate.so"; i=$((i + 1)); done
+  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --lib build/var0/src/libzgate.so --impls "" --quick \
+    --variant-libs "$libs" ${VARIANT_BENCH_ARGS:---shapes 1,2,5,7 --rep 30} --json build/variants.json || return 1
+  python3 - build/variants.json "$VARIANTS" <<'PY'
+import json, math, statistics, sys
+d = json.load(open(sys.argv[1]))
+names = [s.split("=", 1)[0] for s in sys.argv[2].split(";")]
+score = {n: math.exp(statistics.fmean(math.log(r[n + "_frac"]) for r in d["rows"])) for n in names}
+for n in names:
+    g = {}
+    for r in d["rows"]:
+        g.setdefault((r["dtype"], r["layout"]), []).append(r[n + "_frac"])
+    print("variant %-8s geomean %.2f%% | " % (n, 100 * score[n]) +
+          " ".join("%s/%s %.1f-%.1f" % (k[0], k[1], 100 * min(v), 100 * max(v)) for k, v in g.items()))
+ok = [n for n in names if max(r[n + "_err"] for r in d["rows"]) < 1e-2]
+best = max(ok, key=lambda n: score[n])
+print("chosen:", best, "(index %d)" % names.index(best))
+open("build/chosen", "w").write(str(names.index(best)))
+PY
+}
+export -f variants
+if [ -n "$VARIANTS" ]; then
+  stage variants 90 variants
+  [ -f build/chosen ] || echo 1 >build/chosen # no comparison: the default build (list index 1)
+  BUILD=build/var$(cat build/chosen)
+  echo "tests and benchmark use $BUILD (${VLIST[$(cat build/chosen)]})" | tee -a "$OUT/variants.log"
+  export BUILD
+fi
+{ # resource use and vector widths of the kernels tested, for docs/perf-notes.md
+  echo "--- $BUILD: registers per kernel (count)"
+  cuobjdump -res-usage "$BUILD"/src/libzgate.so 2>/dev/null | grep -A1 gate_kernel | grep -o "REG:[0-9]*" | sort | uniq -c
+  echo "--- global accesses in the fatbin:"
+  cuobjdump -sass "$BUILD"/src/libzgate.so 2>/dev/null | grep -oE "(LDG|STG)\.E[.A-Z0-9]*" | sort | uniq -c
+  ldd "$BUILD"/src/libzgate.so | grep -i cuda
+} >>"$OUT/build.log" 2>&1
+
+stage ctest 60 'ctest --test-dir "$BUILD" -V -R cuda_gate -E cuda_gate_big'
+stage big 60 '"$BUILD/tests/cuda/test_cuda_gate" --big'
 sanitize() {
   set -o pipefail; local rc=0
   for tool in memcheck racecheck initcheck; do
@@ -60,45 +118,16 @@ sanitize() {
   return $rc
 }
 export -f sanitize
-stage sanitize 150 sanitize
-# Build-time variants of the kernel (cuda_backend.cu's ZG_CUDA_* macros), each benchmarked
-# (zgate only) in the same run; for docs/perf-notes.md. VARIANTS: ';'-separated flag sets.
-VARIANTS=${VARIANTS:-"-DZG_CUDA_ITEMS=2;-DZG_CUDA_PIPE=1;-DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4;-DZG_CUDA_COVER=1 -DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4;-DZG_CUDA_COVER=1 -DZG_CUDA_ITEMS=1 -DZG_CUDA_MINB=4 -DZG_CUDA_STREAMING=1;-DZG_CUDA_STREAMING=1"}
-export VARIANTS
-variants() {
-  local i=0 flags
-  IFS=';' read -ra list <<<"$VARIANTS"
-  for flags in "${list[@]}"; do
-    (cmake -S . -B build/var$i $CFG -DZGATE_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=$flags" >/dev/null &&
-     cmake --build build/var$i --target zgate -j 4 >/dev/null) &
-    i=$((i + 1))
-  done
-  wait
-  i=0
-  for flags in "${list[@]}"; do
-    echo "### variant $i: $flags"
-    python3 bench/gpu_bench.py --lib build/var$i/src/libzgate.so --impls zgate --json "build/var$i/bench.json" \
-      ${VARIANT_BENCH_ARGS:---shapes 1,3,4,5,7 --rep 40} >"build/var$i/bench.log" 2>&1 || echo "variant $i failed"
-    python3 - "build/var$i/bench.json" "$flags" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-groups = {}
-for r in d["rows"]:
-    groups.setdefault((r["dtype"], r["layout"]), []).append(r["zgate_frac"])
-print("variant %-70s copy %4.0f GB/s | " % (sys.argv[2], d["copy_gbs"]) +
-      " ".join("%s/%s %.1f-%.1f%%" % (k[0], k[1], 100 * min(v), 100 * max(v)) for k, v in groups.items()))
-PY
-    i=$((i + 1))
-  done
-}
-export -f variants
-stage variants 300 variants
+stage sanitize 90 sanitize
 BENCH="python3 bench/gpu_bench.py --lib $BUILD/src/libzgate.so --json $OUT/bench.json ${BENCH_ARGS:-}"
 [ -d "$ORIG" ] && BENCH="$BENCH --orig $ORIG"
+# RUN_BUDGET (seconds for the whole script): the benchmark gets what is left, less 15 s
+START=${START:-$(date +%s)}
+[ -n "${RUN_BUDGET:-}" ] && BENCH_LIMIT=$(( RUN_BUDGET - ($(date +%s) - START) - 15 ))
 stage bench "${BENCH_LIMIT:-420}" "PYTHONUNBUFFERED=1 $BENCH"
 
 echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
-[ -f "$OUT/bench.log" ] && sed -n '/^copy bandwidth/,$p' "$OUT/bench.log" | cut -c1-240
-grep -h "worst error\|cases,\|big dense (\|big wide (\|FAIL" "$OUT"/ctest.log "$OUT"/big.log 2>/dev/null | cut -c1-300 | head -20
-[ -f "$OUT/variants.log" ] && grep "^variant" "$OUT/variants.log"
+grep -h "^variant\|^chosen\|^tests and" "$OUT/variants.log" 2>/dev/null
+[ -f "$OUT/bench.log" ] && sed -n '/^copy bandwidth/,$p' "$OUT/bench.log" | cut -c1-200
+grep -h "worst error\|cases,\|big dense (\|big wide (\|FAIL\|ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/ctest.log "$OUT"/big.log "$OUT"/sanitize.log 2>/dev/null | cut -c1-200 | head -20
 ! printf '%s\n' "${summary[@]}" | grep -q FAILED

@@ -1,22 +1,25 @@
 /* The CUDA backend: zg_cuda_run, called by the API for validated problems on CUDA devices.
  *
- * One kernel template does both operators. Each thread takes one work item (the grid covers
- * them all; a grid-stride loop takes over past 2^31-1 blocks): V consecutive elements of one
- * row of the collapsed problem (cuda_plan.h), read once from each input and written once to
- * each output.
+ * One kernel template does both operators. The grid covers every work item (a grid-stride
+ * loop takes over past 2^31-1 blocks); each thread takes kUnroll items of its block's tile,
+ * issuing all their loads before any math. A work item is V consecutive elements of one row
+ * of the collapsed problem (cuda_plan.h), read once from each input and written once to each
+ * output.
  *   V = 8, 4, 2: rows contiguous in every tensor, vector accesses of up to 16 bytes; the row
  *                starts may be anywhere the strides say (Z as a view into the input
  *                projection, permuted heads, padded rows).
  *   V = 1:       any strides (a tensor not contiguous in its last dimension).
+ * Index math by layout (cuda_plan.h, plan_layout): FLAT (one row: item i is element i*V of
+ * every tensor, no division), ROWS (rows along one dimension, fewer than 2^32 items: one
+ * 32-bit division), ANY (three divisions, 64-bit where the item count needs it).
  * Instances: 2 operators x 4 dtype kinds (all f32, all f16, all bf16, mixed: dtype read per
- * tensor at run time, a uniform branch) x 4 widths (f32 stops at 4) = 30 kernels, compiled
- * ahead of time: no autotuning, no run-time compilation.
+ * tensor at run time, a uniform branch) x widths x layouts (mixed dtypes and V = 1 take ANY
+ * only) = 62 kernels, compiled ahead of time: no autotuning, no run-time compilation.
  *
  * Device: the tensors' device_id, made current for the call (cudaGetDevice / cudaSetDevice)
  * and restored after, whatever was current. Stream: zgate_options.cuda_stream, else the
  * legacy default stream (0) of that device. Every launch is checked (cudaGetLastError); CUDA
  * errors become ZGATE_ERR_CUDA with the CUDA name and message. */
-#include <atomic>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -34,8 +37,27 @@ extern "C" {
 namespace zgcu {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxCachedDevices = 64;
+/* Build-time variants, for the benchmark's comparisons only (scripts/gpu-run.sh,
+ * docs/perf-notes.md); the defaults are the shipped kernel. ZG_CUDA_THREADS: block size.
+ * ZG_CUDA_UNROLL: items per thread, loads of all issued before the math. ZG_CUDA_MINB: blocks
+ * per SM the register budget must allow. ZG_CUDA_LAYOUTS = 0: the general index math for
+ * every problem (the v3 kernel's). Variants measured before (one wave of resident blocks
+ * looping, software prefetch of the next item, evict-first accesses) were slower than the
+ * covering grid and are gone (perf-notes v2). */
+#ifndef ZG_CUDA_THREADS
+#define ZG_CUDA_THREADS 256
+#endif
+#ifndef ZG_CUDA_UNROLL
+#define ZG_CUDA_UNROLL 1
+#endif
+#ifndef ZG_CUDA_MINB
+#define ZG_CUDA_MINB 4
+#endif
+#ifndef ZG_CUDA_LAYOUTS
+#define ZG_CUDA_LAYOUTS 1
+#endif
+constexpr int kThreads = ZG_CUDA_THREADS;
+constexpr int kUnroll = ZG_CUDA_UNROLL;
 
 template <int OP>
 struct Arity;
@@ -58,38 +80,52 @@ struct Item {
   float in[Arity<OP>::in][V];
 };
 
-/* Item index -> element offsets in every tensor. */
-template <int OP, int V>
+/* Item index -> element offsets in every tensor. FLAT and ROWS need V > 1 (then every
+ * tensor's innermost stride is 1); ROWS also n[0] = n[1] = 1 and fewer than 2^32 items. */
+template <int OP, int V, int LAYOUT>
 __device__ __forceinline__ void locate(const Args &a, int64_t i, Item<OP, V> &it) {
   constexpr int NT = Arity<OP>::in + Arity<OP>::out;
-  int64_t i0 = 0, i1 = 0, i2 = 0, c = i;
-  if (!a.one_row) {
-    int64_t row;
-    if (a.wide) {
-      row = i / a.nv;
-      c = i - row * a.nv;
-      i2 = row % a.n[2];
-      row /= a.n[2];
-      i1 = row % a.n[1];
-      i0 = row / a.n[1];
-    } else {
-      uint32_t x = (uint32_t)i;
-      uint32_t r = __umulhi(x, a.div_nv.m);
-      r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
-      c = x - r * a.div_nv.d;
-      uint32_t r2 = __umulhi(r, a.div_n2.m);
-      r2 = (uint32_t)(((uint64_t)r2 + r) >> a.div_n2.s);
-      i2 = r - r2 * a.div_n2.d;
-      uint32_t r1 = __umulhi(r2, a.div_n1.m);
-      r1 = (uint32_t)(((uint64_t)r1 + r2) >> a.div_n1.s);
-      i1 = r2 - r1 * a.div_n1.d;
-      i0 = r1;
-    }
-  }
-  int64_t col = c * V;
+  if constexpr (LAYOUT == L_FLAT) {
+    const int64_t col = i * V;
 #pragma unroll
-  for (int t = 0; t < NT; t++)
-    it.off[t] = i0 * a.st[t][0] + i1 * a.st[t][1] + i2 * a.st[t][2] + col * a.st[t][3];
+    for (int t = 0; t < NT; t++) it.off[t] = col;
+  } else if constexpr (LAYOUT == L_ROWS) {
+    const uint32_t x = (uint32_t)i;
+    uint32_t r = __umulhi(x, a.div_nv.m);
+    r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
+    const int64_t col = (int64_t)(x - r * a.div_nv.d) * V;
+#pragma unroll
+    for (int t = 0; t < NT; t++) it.off[t] = (int64_t)r * a.st[t][2] + col;
+  } else {
+    int64_t i0 = 0, i1 = 0, i2 = 0, c = i;
+    if (!a.one_row) {
+      int64_t row;
+      if (a.wide) {
+        row = i / a.nv;
+        c = i - row * a.nv;
+        i2 = row % a.n[2];
+        row /= a.n[2];
+        i1 = row % a.n[1];
+        i0 = row / a.n[1];
+      } else {
+        uint32_t x = (uint32_t)i;
+        uint32_t r = __umulhi(x, a.div_nv.m);
+        r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
+        c = x - r * a.div_nv.d;
+        uint32_t r2 = __umulhi(r, a.div_n2.m);
+        r2 = (uint32_t)(((uint64_t)r2 + r) >> a.div_n2.s);
+        i2 = r - r2 * a.div_n2.d;
+        uint32_t r1 = __umulhi(r2, a.div_n1.m);
+        r1 = (uint32_t)(((uint64_t)r1 + r2) >> a.div_n1.s);
+        i1 = r2 - r1 * a.div_n1.d;
+        i0 = r1;
+      }
+    }
+    int64_t col = c * V;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+      it.off[t] = i0 * a.st[t][0] + i1 * a.st[t][1] + i2 * a.st[t][2] + col * a.st[t][3];
+  }
 }
 
 template <int OP, int KIND, int V>
@@ -140,71 +176,26 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<OP, V> &it
   }
 }
 
-/* Build-time variants, for the benchmark's comparisons only (docs/perf-notes.md); the
- * defaults are the shipped kernel. ZG_CUDA_PIPE: prefetch the next pass's item before
- * computing the current one; else ZG_CUDA_ITEMS (1 or 2) items loaded together per pass.
- * ZG_CUDA_MINB: blocks per SM the register budget must allow. ZG_CUDA_COVER: the grid covers
- * every item (each thread makes one pass; the grid-stride loop only matters past 2^31-1
- * blocks) instead of one wave of resident blocks looping. Measured on the H200 (perf-notes
- * v2): covering grid, one item, 4 blocks a SM: 92-99% of copy bandwidth on dense tensors,
- * against 90-93% for the one-wave grid with two items a pass, and lower still with the
- * prefetching loop or evict-first (.cs) accesses. Blocks that retire and are replaced keep
- * more loads in flight than resident threads that alternate loads and math. */
-#ifndef ZG_CUDA_PIPE
-#define ZG_CUDA_PIPE 0
-#endif
-#ifndef ZG_CUDA_ITEMS
-#define ZG_CUDA_ITEMS 1
-#endif
-#ifndef ZG_CUDA_MINB
-#define ZG_CUDA_MINB 4
-#endif
-#ifndef ZG_CUDA_COVER
-#define ZG_CUDA_COVER 1
-#endif
-constexpr int kItemsPerPass = ZG_CUDA_PIPE ? 1 : ZG_CUDA_ITEMS;
-
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,
- * and the read comes first in that thread's program order, so no other ordering is needed. */
-template <int OP, int KIND, int V>
+ * and the read comes first in that thread's program order, so no other ordering is needed.
+ * A block's tile is kUnroll * kThreads consecutive items; thread t takes items t, t +
+ * kThreads, ... of it, so each load instruction of a warp still reads one contiguous span. */
+template <int OP, int KIND, int V, int LAYOUT>
 __global__ void __launch_bounds__(kThreads, ZG_CUDA_MINB) gate_kernel(const Args a) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if constexpr (ZG_CUDA_PIPE) {
-    Item<OP, V> cur, nxt;
-    if (first < a.items) {
-      locate<OP, V>(a, first, cur);
-      load_item<OP, KIND, V>(a, cur);
-    }
-    for (int64_t i = first; i < a.items; i += stride) {
-      const int64_t j = i + stride;
-      if (j < a.items) { /* the next item's loads go out before this one's math */
-        locate<OP, V>(a, j, nxt);
-        load_item<OP, KIND, V>(a, nxt);
+  constexpr int64_t tile = (int64_t)kUnroll * kThreads;
+  for (int64_t base = (int64_t)blockIdx.x * tile; base < a.items; base += (int64_t)gridDim.x * tile) {
+    Item<OP, V> x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+      const int64_t i = base + u * kThreads + threadIdx.x;
+      if (i < a.items) {
+        locate<OP, V, LAYOUT>(a, i, x[u]);
+        load_item<OP, KIND, V>(a, x[u]);
       }
-      finish_item<OP, KIND, V>(a, cur);
-      cur = nxt;
     }
-  } else if constexpr (kItemsPerPass == 1) {
-    for (int64_t i = first; i < a.items; i += stride) {
-      Item<OP, V> x;
-      locate<OP, V>(a, i, x);
-      load_item<OP, KIND, V>(a, x);
-      finish_item<OP, KIND, V>(a, x);
-    }
-  } else {
-    for (int64_t i = first; i < a.items; i += 2 * stride) {
-      Item<OP, V> x, y;
-      const int64_t j = i + stride;
-      const bool has_y = j < a.items;
-      locate<OP, V>(a, i, x);
-      load_item<OP, KIND, V>(a, x);
-      if (has_y) {
-        locate<OP, V>(a, j, y);
-        load_item<OP, KIND, V>(a, y);
-      }
-      finish_item<OP, KIND, V>(a, x);
-      if (has_y) finish_item<OP, KIND, V>(a, y);
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+      if (base + u * kThreads + threadIdx.x < a.items) finish_item<OP, KIND, V>(a, x[u]);
     }
   }
   if constexpr (V > 1) {
@@ -228,82 +219,55 @@ int fail_cuda(const char *what, cudaError_t e) {
                  cudaGetErrorString(e));
 }
 
-/* Multiprocessor count per device, read once (a benign race: every writer stores the same
- * value). Device ids beyond the cache are queried each call. */
-std::atomic<int> g_sm_count[kMaxCachedDevices];
-
-[[maybe_unused]] int sm_count(int dev, int *out) {
-  bool cached = dev >= 0 && dev < kMaxCachedDevices;
-  int v = cached ? g_sm_count[dev].load(std::memory_order_relaxed) : 0;
-  if (v <= 0) {
-    cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return fail_cuda("cudaDeviceGetAttribute(MultiProcessorCount)", e);
-    if (v <= 0) v = 1;
-    if (cached) g_sm_count[dev].store(v, std::memory_order_relaxed);
-  }
-  *out = v;
-  return ZGATE_OK;
-}
-
-template <int OP, int KIND, int V>
-int launch(const Args &a, int dev, cudaStream_t stream) {
-  int bps = 1;
-  if constexpr (!ZG_CUDA_COVER) { /* one wave: resident blocks per SM, per kernel and device */
-    static std::atomic<int> blocks_per_sm[kMaxCachedDevices];
-    auto kernel = gate_kernel<OP, KIND, V>;
-    bool cached = dev >= 0 && dev < kMaxCachedDevices;
-    bps = cached ? blocks_per_sm[dev].load(std::memory_order_relaxed) : 0;
-    if (bps <= 0) {
-      cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kThreads, 0);
-      if (e != cudaSuccess) return fail_cuda("cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
-      if (bps <= 0) bps = 1;
-      if (cached) blocks_per_sm[dev].store(bps, std::memory_order_relaxed);
-    }
-  }
-  int sms = 1;
-  if constexpr (!ZG_CUDA_COVER) {
-    int st = sm_count(dev, &sms);
-    if (st != ZGATE_OK) return st;
-  }
-  /* Covering grid: one block per kThreads * kItemsPerPass items (capped at the grid limit;
-   * the grid-stride loop does any rest). One-wave grid: enough blocks to fill the device. */
-  int64_t per_block = kItemsPerPass * (int64_t)kThreads;
-  int64_t want = (a.items + per_block - 1) / per_block;
-  int64_t full = ZG_CUDA_COVER ? (int64_t)0x7fffffff : (int64_t)sms * bps;
-  int64_t blocks = want < full ? want : full;
+template <int OP, int KIND, int V, int LAYOUT>
+int launch(const Args &a, cudaStream_t stream) {
+  /* Covering grid: one block per tile (capped at the grid limit; the grid-stride loop does
+   * any rest). */
+  const int64_t tile = (int64_t)kUnroll * kThreads;
+  int64_t blocks = (a.items + tile - 1) / tile;
+  if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
-  gate_kernel<OP, KIND, V><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
+  gate_kernel<OP, KIND, V, LAYOUT><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail_cuda("launching the gate kernel", e);
   return ZGATE_OK;
 }
 
+template <int OP, int KIND, int V>
+int launch_layout(const Args &a, int layout, cudaStream_t stream) {
+  if constexpr (ZG_CUDA_LAYOUTS && KIND != DT_MIXED && V > 1) {
+    if (layout == L_FLAT) return launch<OP, KIND, V, L_FLAT>(a, stream);
+    if (layout == L_ROWS) return launch<OP, KIND, V, L_ROWS>(a, stream);
+  }
+  return launch<OP, KIND, V, L_ANY>(a, stream);
+}
+
 template <int OP, int KIND>
-int launch_width(const Args &a, int v, int dev, cudaStream_t stream) {
+int launch_width(const Args &a, int v, int layout, cudaStream_t stream) {
   switch (v) {
     case 8:
-      if constexpr (KIND != DT_F32) return launch<OP, KIND, 8>(a, dev, stream);
+      if constexpr (KIND != DT_F32) return launch_layout<OP, KIND, 8>(a, layout, stream);
       return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: float32 with 8-wide vectors");
-    case 4: return launch<OP, KIND, 4>(a, dev, stream);
-    case 2: return launch<OP, KIND, 2>(a, dev, stream);
-    default: return launch<OP, KIND, 1>(a, dev, stream);
+    case 4: return launch_layout<OP, KIND, 4>(a, layout, stream);
+    case 2: return launch_layout<OP, KIND, 2>(a, layout, stream);
+    default: return launch_layout<OP, KIND, 1>(a, L_ANY, stream);
   }
 }
 
 template <int OP>
-int launch_kind(const Args &a, int nt, int v, int dev, cudaStream_t stream) {
+int launch_kind(const Args &a, int nt, int v, int layout, cudaStream_t stream) {
   int kind = a.dtype[0];
   for (int t = 1; t < nt; t++)
     if (a.dtype[t] != kind) kind = DT_MIXED;
   switch (kind) {
-    case DT_F32: return launch_width<OP, DT_F32>(a, v, dev, stream);
-    case DT_F16: return launch_width<OP, DT_F16>(a, v, dev, stream);
-    case DT_BF16: return launch_width<OP, DT_BF16>(a, v, dev, stream);
-    default: return launch_width<OP, DT_MIXED>(a, v, dev, stream);
+    case DT_F32: return launch_width<OP, DT_F32>(a, v, layout, stream);
+    case DT_F16: return launch_width<OP, DT_F16>(a, v, layout, stream);
+    case DT_BF16: return launch_width<OP, DT_BF16>(a, v, layout, stream);
+    default: return launch_width<OP, DT_MIXED>(a, v, L_ANY, stream);
   }
 }
 
-int run_on_current_device(const zg_problem *p, int dev, cudaStream_t stream) {
+int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   const int nt = p->n_in + p->n_out;
   if (nt > MAX_T || (p->op == ZG_OP_BWD && nt != 5) || (p->op == ZG_OP_FWD && nt != 3))
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: unexpected operand count %d", nt);
@@ -326,9 +290,10 @@ int run_on_current_device(const zg_problem *p, int dev, cudaStream_t stream) {
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
   int v = plan_vector_width(nt, a, esize, all_f32 ? 4 : 8);
   plan_items(a, v);
+  const int layout = plan_layout(a, v);
   for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;
-  if (p->op == ZG_OP_BWD) return launch_kind<ZG_OP_BWD>(a, nt, v, dev, stream);
-  return launch_kind<ZG_OP_FWD>(a, nt, v, dev, stream);
+  if (p->op == ZG_OP_BWD) return launch_kind<ZG_OP_BWD>(a, nt, v, layout, stream);
+  return launch_kind<ZG_OP_FWD>(a, nt, v, layout, stream);
 }
 
 }  // namespace
@@ -345,7 +310,7 @@ extern "C" int zg_cuda_run(const zg_problem *p, const zg_options *opts) {
     e = cudaSetDevice(dev);
     if (e != cudaSuccess) return zgcu::fail_cuda("cudaSetDevice (the tensors' device)", e);
   }
-  int st = zgcu::run_on_current_device(p, dev, stream);
+  int st = zgcu::run_on_current_device(p, stream);
   if (prev != dev) {
     e = cudaSetDevice(prev);
     if (e != cudaSuccess && st == ZGATE_OK) st = zgcu::fail_cuda("cudaSetDevice (restoring the caller's device)", e);

@@ -42,6 +42,9 @@
 #ifndef ZG_CUDA_STREAMING /* 1: ld.global.cs / st.global.cs (evict-first) for every access */
 #define ZG_CUDA_STREAMING 0
 #endif
+#ifndef ZG_CUDA_LDG /* 1: inputs through the read-only path (ld.global.nc); a benchmark variant */
+#define ZG_CUDA_LDG 0
+#endif
 
 namespace zgcu {
 
@@ -163,6 +166,9 @@ __device__ __forceinline__ uint16_t f32_to_bits(float f, int dt) {
 template <class T>
 __device__ __forceinline__ T ld(const T *p) {
   if constexpr (ZG_CUDA_STREAMING) return __ldcs(p);
+  /* In place (dout_scaled is dout) the non-coherent path is still safe: a thread reads each
+   * element before it writes it, and no thread reads an element another one writes. */
+  if constexpr (ZG_CUDA_LDG) return __ldg(p);
   return *p;
 }
 template <class T>

@@ -34,6 +34,11 @@ static inline uint32_t fastdiv_host(uint32_t x, FastDiv f) {
 
 enum { MAX_T = 5 };
 
+/* Index math of a launch (cuda_backend.cu's locate): FLAT, one row, item i at element i*V of
+ * every tensor; ROWS, rows along the third collapsed dimension only and fewer than 2^32 items,
+ * one 32-bit division; ANY, everything else. */
+enum { L_FLAT = 0, L_ROWS = 1, L_ANY = 2 };
+
 /* Everything a kernel needs, passed by value (a few hundred bytes of kernel parameters). */
 struct Args {
   char *ptr[MAX_T];       /* byte address of element (0,0,0,0) of each tensor */
@@ -116,6 +121,15 @@ static inline void plan_items(Args &a, int v) {
   a.div_nv = fastdiv_make((uint64_t)a.nv);
   a.div_n2 = fastdiv_make((uint64_t)a.n[2]);
   a.div_n1 = fastdiv_make((uint64_t)a.n[1]);
+}
+
+/* Layout for vector width v, after plan_items. FLAT and ROWS rely on unit innermost strides,
+ * which plan_vector_width guarantees for v > 1. */
+static inline int plan_layout(const Args &a, int v) {
+  if (v <= 1) return L_ANY;
+  if (a.one_row) return L_FLAT;
+  if (a.n[0] == 1 && a.n[1] == 1 && !a.wide) return L_ROWS;
+  return L_ANY;
 }
 
 }  // namespace zgcu
