@@ -63,6 +63,8 @@ static inline float32x4_t v4_exp_core(float32x4_t x, float32x4_t k, float32x4_t 
 /* e + elo = exp(x) for x <= 0 or NaN (simd_exp.h). e alone: max 0.69 ulp for normal
  * results, 0.78 ulp for subnormal ones (x below -87.3: one rounding of p * 2^k); 0 below
  * -104.5; NaN for NaN. elo carries p's rounding error (exact for normal results).
+ * The bound is the x86 exp's, measured over all 1.12e9 floats of [-104.5, 0]: this exp gives
+ * the same e and elo bit for bit (checked on every 61st float there; docs/perf-notes.md).
  * k comes from the shifter trick: j = x*log2(e) + 1.5*2^23 (one fma) holds round(x*log2(e))
  * in its low mantissa bits. Vectors whose results are all normal (x >= -87, the common case)
  * take one scale; others split 2^k in two. Both give the same bits where both apply, so a
