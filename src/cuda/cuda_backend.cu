@@ -41,17 +41,20 @@ namespace {
  * docs/perf-notes.md); the defaults are the shipped kernel. ZG_CUDA_THREADS: block size.
  * ZG_CUDA_UNROLL: items per thread, loads of all issued before the math. ZG_CUDA_MINB: blocks
  * per SM the register budget must allow. ZG_CUDA_LAYOUTS = 0: the general index math for
- * every problem (the v3 kernel's). Variants measured before (one wave of resident blocks
- * looping, software prefetch of the next item, evict-first accesses) were slower than the
- * covering grid and are gone (perf-notes v2). */
+ * every problem (the v3 kernel's). ZG_CUDA_LDG = 1 (cuda_gate_math.cuh): read-only loads.
+ * Shipped: 128-thread blocks, 8 a SM at least (a 64-register cap; the 16-bit kernels use 56,
+ * so 9 blocks = 1152 threads fit a SM against 1024 with 256-thread blocks), one item a
+ * thread, index math by layout: the best of the variants measured side by side on the H200
+ * (perf-notes v4). Variants measured before (one wave of resident blocks looping, software
+ * prefetch of the next item, evict-first accesses) were slower and are gone (perf-notes v2). */
 #ifndef ZG_CUDA_THREADS
-#define ZG_CUDA_THREADS 256
+#define ZG_CUDA_THREADS 128
 #endif
 #ifndef ZG_CUDA_UNROLL
 #define ZG_CUDA_UNROLL 1
 #endif
 #ifndef ZG_CUDA_MINB
-#define ZG_CUDA_MINB 4
+#define ZG_CUDA_MINB 8
 #endif
 #ifndef ZG_CUDA_LAYOUTS
 #define ZG_CUDA_LAYOUTS 1
