@@ -1,7 +1,30 @@
 /* Turns the caller's DLTensors into a zg_problem, refusing anything a backend could not
  * handle safely. Everything is checked before any output is touched; all size arithmetic
  * is 64-bit with explicit overflow checks, because a hostile or buggy caller can put any
- * value in any field. */
+ * value in any field. The first failing check decides the status, in this order:
+ *
+ *   per tensor, in signature order   NULL tensor -> NULL_ARGUMENT; ndim != 4 -> NDIM;
+ *                                    NULL shape -> NULL_ARGUMENT; size < 0 -> NEGATIVE_SIZE;
+ *                                    lanes != 1 -> LANES; dtype not f32/f16/bf16 (f64 in the
+ *                                    *_reference calls only) -> DTYPE
+ *   shapes differ from the first     SHAPE_MISMATCH; element count > 2^63 -> OVERFLOW
+ *   devices                          type or id differs -> DEVICE_MISMATCH; CUDA types
+ *                                    without the CUDA backend -> NO_CUDA; types other than
+ *                                    CPU, CUDAHost (host memory, runs on the CPU), CUDA,
+ *                                    CUDAManaged -> DEVICE_UNSUPPORTED
+ *   strides                          any negative -> NEGATIVE_STRIDE (even on size-1 dims)
+ *   -- no elements: done, OK (data may be NULL, nothing is read or written) --
+ *   per tensor                       NULL data -> NULL_DATA; data + byte_offset or the byte
+ *                                    extent past 2^63 / the address space -> OVERFLOW;
+ *                                    address not a multiple of the element size -> MISALIGNED
+ *   each output                      two indices on one element (zero stride, or a stride
+ *                                    inside the span of the smaller ones) -> OUTPUT_SELF_OVERLAP
+ *   each output vs every tensor      byte ranges intersect -> ALIAS, except dout_scaled at
+ *                                    dout's very address: same dtype and strides (size-1
+ *                                    dims ignored) -> in place, else INPLACE_MISMATCH
+ *
+ * Overlap is judged on byte ranges [first, last element + 1): exact for everything a
+ * framework hands over, conservative for two views interleaved in one buffer (refused). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
