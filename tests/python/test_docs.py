@@ -1,4 +1,5 @@
-"""The Python code blocks of docs/api.md's "## Python API" section run, so they cannot rot."""
+"""The Python code blocks of docs/api.md's "## Python API" section and of the README run, so
+they cannot rot."""
 import importlib.util
 import os
 import re
@@ -6,6 +7,7 @@ import re
 import pytest
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "api.md")
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 
 
 def _blocks():
@@ -16,7 +18,10 @@ def _blocks():
     if start < 0:
         return []
     section = text[start:]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    if os.path.exists(README):
+        blocks += re.findall(r"```python\n(.*?)```", open(README).read(), re.S)
+    return blocks
 
 
 def _missing(code):

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device-machine call that checks everything besides the CUDA kernel benchmark
+# (scripts/gpu-run.sh does that): build the whole tree with CUDA, the CPU tests on the
+# host's AVX-512 (when it has it), `zgate check` on the GPU, the Python tests with PyTorch,
+# CuPy and JAX on the GPU, the Python call overhead, and tests/multi_gpu/dist_check.py under
+# torchrun with one process per GPU. Logs in $OUT (build/gpu-out elsewhere); table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
+BUILD=build/gpu-validate
+DEPS=$PWD/build/gpu-deps
+STAGES=${STAGES:-"build cpu check python overhead dist"}
+summary=()
+stage() { # name limit command
+  case " $STAGES " in *" $1 "*) ;; *) return 0 ;; esac
+  local t0=$(date +%s) r
+  if timeout "$2" bash -c "$3" >"$OUT/$1.log" 2>&1; then r=ok; else r="FAILED (exit $?)"; fi
+  summary+=("$(printf '%-9s %-16s %4d s' "$1" "$r" $(( $(date +%s) - t0 )))")
+}
+CFG="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZGATE_CUDA=ON -DZGATE_BUILD_BENCH=OFF"
+[ -f /usr/include/dlpack/dlpack.h ] || CFG="$CFG -DDLPACK_INCLUDE_DIR=$DEPS/include"
+if [ ! -f /usr/include/cmocka.h ] && [ -f "$DEPS/include/cmocka.h" ]; then
+  CFG="$CFG -DCMOCKA_INCLUDE_DIR=$DEPS/include -DCMOCKA_LIB=$DEPS/lib/libcmocka.so"
+  export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+command -v ninja >/dev/null && CFG="$CFG -G Ninja"
+export BUILD CFG OUT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
+
+stage build 200 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+stage cpu 120 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
+  $BUILD/tools/zgate info; ctest --test-dir $BUILD -j 8 --output-on-failure -L "avx512|simd|c"'
+stage check 90 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
+stage python 180 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
+stage overhead 60 'python3 -m zgate._overhead --device cuda --orig third_party_ref/mamba3'
+stage dist 60 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
+
+for f in cpu check python overhead dist; do
+  [ -f "$OUT/$f.log" ] || continue
+  echo "--- $f (tail)"; tail -n 12 "$OUT/$f.log" | cut -c1-220
+done
+echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
+! printf '%s\n' "${summary[@]}" | grep -q FAILED
