@@ -27,13 +27,13 @@ command -v ninja >/dev/null && CFG="$CFG -G Ninja"
 export BUILD CFG OUT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
 
-stage build 200 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
-stage cpu 120 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
+stage build 170 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+stage cpu 80 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
   $BUILD/tools/zgate info; ctest --test-dir $BUILD -j 8 --output-on-failure -L "avx512|simd|c"'
-stage check 90 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
-stage python 180 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
-stage overhead 60 'python3 -m zgate._overhead --device cuda --orig third_party_ref/mamba3'
-stage dist 60 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
+stage check 50 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
+stage python 150 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
+stage overhead 90 'python3 -m zgate._overhead --device cuda --orig third_party_ref/mamba3'
+stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
 
 for f in cpu check python overhead dist; do
   [ -f "$OUT/$f.log" ] || continue

@@ -3,6 +3,8 @@ they cannot rot."""
 import importlib.util
 import os
 import re
+import sys
+import types
 
 import pytest
 
@@ -56,4 +58,10 @@ def test_doc_block_runs(code):
     why = _missing(code)
     if why:
         pytest.skip(why)
-    exec(compile(code, "docs/api.md (Python API)", "exec"), {"__name__": "__doc_example__"})
+    # A real module: torch.compile looks functions' modules up in sys.modules.
+    mod = types.ModuleType("__doc_example__")
+    sys.modules[mod.__name__] = mod
+    try:
+        exec(compile(code, "docs/api.md (Python API)", "exec"), mod.__dict__)
+    finally:
+        del sys.modules[mod.__name__]

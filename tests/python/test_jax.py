@@ -58,8 +58,9 @@ def test_jax_inputs_numpy_outputs(rng):
     host = inputs(rng, (1, 5, 2, 8), F32)
     dz = np.full(host[0].shape, np.nan, np.float32)
     dos = np.full(host[0].shape, np.nan, np.float32)
-    zgate.bwd(np.array(host[0]), jnp.asarray(host[1]), jnp.asarray(host[2]), dz=dz,
-              dout_scaled=dos)
+    cpu = jax.devices("cpu")[0]  # numpy outputs: the JAX inputs must be on the CPU too
+    zgate.bwd(np.array(host[0]), jax.device_put(host[1], cpu), jax.device_put(host[2], cpu),
+              dz=dz, dout_scaled=dos)
     r = ref_bwd(*host)
     check("dz", dz, r[0], r[2], r[4])
     check("dout_scaled", dos, r[1], r[3], r[5])
