@@ -70,6 +70,8 @@ typedef enum cli_layout {
 extern const char *const cli_layout_names[CLI_NLAYOUTS];
 /* Comma-separated layout names into a bit mask (bit i = layout i). */
 int cli_parse_layouts(const char *cmd, const char *s, unsigned *mask);
+/* --op: "bwd" -> 1, "fwd" -> 2, "both" -> 3 (a bit mask); 0 or -1 (message printed). */
+int cli_parse_op(const char *cmd, const char *s, int *ops);
 
 /* ---- backends ------------------------------------------------------------------------- */
 

@@ -189,6 +189,14 @@ void cli_dtypes_str(const cli_dtypes *d, char *buf, size_t n) {
            cli_dtype_name(d->t[2]), cli_dtype_name(d->t[3]), cli_dtype_name(d->t[4]));
 }
 
+int cli_parse_op(const char *cmd, const char *s, int *ops) {
+  if (!strcmp(s, "bwd")) *ops = 1;
+  else if (!strcmp(s, "fwd")) *ops = 2;
+  else if (!strcmp(s, "both")) *ops = 3;
+  else return cli_error(cmd, "--op wants bwd, fwd or both; got '%s'", s), -1;
+  return 0;
+}
+
 int cli_parse_layouts(const char *cmd, const char *s, unsigned *mask) {
   unsigned m = 0;
   const char *p = s;

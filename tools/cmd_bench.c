@@ -81,12 +81,7 @@ static int on_opt(void *ctx, int which, const char *v) {
     return cli_parse_dtypes("bench", v, &c->dtypes[c->ndtypes++]);
   case 2: return cli_parse_layouts("bench", v, &c->layouts);
   case 3: c->backend_spec = v; return 0;
-  case 4:
-    if (!strcmp(v, "bwd")) c->ops = 1;
-    else if (!strcmp(v, "fwd")) c->ops = 2;
-    else if (!strcmp(v, "both")) c->ops = 3;
-    else return cli_error("bench", "--op wants bwd, fwd or both; got '%s'", v), -1;
-    return 0;
+  case 4: return cli_parse_op("bench", v, &c->ops);
   case 5:
     if (cli_parse_int("bench", "--threads", v, 0, 4096, &n)) return -1;
     c->threads = (int)n;
