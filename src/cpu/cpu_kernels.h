@@ -30,12 +30,30 @@ typedef void (*zg_bwd_fn)(float *dz, float *dos, const float *dout, const float 
                           const float *o, int64_t n);
 typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n);
 
+/* Fused runs: n >= 1 consecutive elements of five (bwd) or three (fwd) tensors that all
+ * have the dtype the entry is indexed by, read and written in place, no float staging.
+ * `streaming` bit 0 asks for non-temporal stores of the first output (dz or out), bit 1 of
+ * dout_scaled (same rule as zg_store_fn). dout_scaled may be dout (in place): each element
+ * must be read before it is written. Results must not depend on where a run starts or ends
+ * (tails by the same vector code). */
+typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
+                              const void *o, int64_t n, int streaming);
+typedef void (*zg_fwd_run_fn)(void *out, const void *o, const void *z, int64_t n, int streaming);
+
 typedef struct zg_cpu_kernels {
   const char *name;            /* "scalar", "avx2", "avx512", "neon" */
   zg_load_fn load[3];          /* indexed by ZG_F32, ZG_F16, ZG_BF16 */
   zg_store_fn store[3];
   zg_bwd_fn bwd;
   zg_fwd_fn fwd;
+  /* Optional (NULL = use bwd / fwd): the cheaper recipe of simd_exp.h, accurate enough only
+   * when every output of the problem is float16 or bfloat16. */
+  zg_bwd_fn bwd16;
+  zg_fwd_fn fwd16;
+  /* Optional (NULL = staged): fused runs per dtype (simd_exp.h's recipe for the dtype: the
+   * accurate one for float32, the cheap one for the 16-bit types). */
+  zg_bwd_run_fn bwd_run[3];
+  zg_fwd_run_fn fwd_run[3];
 } zg_cpu_kernels;
 
 /* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built

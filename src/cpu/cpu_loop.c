@@ -13,6 +13,13 @@
  *    widen each input into float staging (a float32 input contiguous over the whole block
  *    is used in place, no copy), run the ISA's float kernel, narrow into each output.
  *    In place (dout_scaled is dout) is safe: a block is read entirely before it is written.
+ *    When every output is float16/bfloat16 the float kernel is the ISA's cheaper bwd16/fwd16
+ *    (simd_exp.h), if it has one.
+ * 4. Fused instead of 3, when the ISA has a run kernel for the dtype, all tensors share
+ *    that dtype, every tensor's innermost normalized dim is contiguous and rows are at
+ *    least ZG_FUSED_MIN_ROW long (dense tensors; Z as an input-projection view): each row
+ *    piece of an item goes straight to the run kernel, which widens, computes and narrows
+ *    in registers. The choice depends on the problem only (step 2's rule holds).
  */
 #include <string.h>
 
@@ -32,6 +39,8 @@
 #define ZG_PARALLEL_MIN ((int64_t)65536)
 /* Non-temporal stores only for dense outputs bigger than a typical L2/L3 share. */
 #define ZG_STREAM_BYTES ((int64_t)4 << 20)
+/* Shorter rows go through staging, which packs several rows into one block. */
+#define ZG_FUSED_MIN_ROW ((int64_t)32)
 
 typedef struct zg_plan {
   int nt, n_in;            /* tensors, of which inputs */
@@ -43,6 +52,9 @@ typedef struct zg_plan {
   int dtype[5];
   int streaming[5];
   int64_t numel;
+  int fused;               /* dtype of all tensors when step 4 applies, else -1 */
+  zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
+  zg_fwd_fn fwd;
 } zg_plan;
 
 /* One row piece of a block: where it starts in each tensor, its length, and where it
@@ -58,7 +70,7 @@ static int zg_mergeable(const zg_plan *pl, int outer, int inner) {
   return 1;
 }
 
-static void zg_plan_build(const zg_problem *p, zg_plan *pl) {
+static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan *pl) {
   memset(pl, 0, sizeof *pl);
   pl->nt = p->n_in + p->n_out;
   pl->n_in = p->n_in;
@@ -107,6 +119,18 @@ static void zg_plan_build(const zg_problem *p, zg_plan *pl) {
     pl->streaming[t] = extent == pl->numel && pl->stride[t][n - 1] == 1 &&
                        pl->numel * pl->esize[t] >= ZG_STREAM_BYTES;
   }
+
+  /* kernels: the cheap recipe when no output is float32; fused runs when step 4 applies */
+  int out16 = 1, same = 1, contiguous = 1;
+  for (int t = 0; t < pl->nt; t++) {
+    if (t >= pl->n_in && pl->dtype[t] == ZG_F32) out16 = 0;
+    if (pl->dtype[t] != pl->dtype[0]) same = 0;
+    if (pl->stride[t][n - 1] != 1) contiguous = 0;
+  }
+  pl->bwd = out16 && kt->bwd16 ? kt->bwd16 : kt->bwd;
+  pl->fwd = out16 && kt->fwd16 ? kt->fwd16 : kt->fwd;
+  int has_run = pl->n_in == 3 ? kt->bwd_run[pl->dtype[0]] != NULL : kt->fwd_run[pl->dtype[0]] != NULL;
+  pl->fused = same && contiguous && has_run && pl->size[n - 1] >= ZG_FUSED_MIN_ROW ? pl->dtype[0] : -1;
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -143,9 +167,9 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
     in[t] = stage[t];
   }
   if (pl->n_in == 3)
-    k->bwd(stage[3], stage[4], in[ZG_BWD_DOUT], in[ZG_BWD_Z], in[ZG_BWD_O], bn);
+    pl->bwd(stage[3], stage[4], in[ZG_BWD_DOUT], in[ZG_BWD_Z], in[ZG_BWD_O], bn);
   else
-    k->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
+    pl->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
   for (int t = pl->n_in; t < pl->nt; t++) {
     const int64_t st = pl->stride[t][inner];
     ZG_FOR_RUNS(seg, nseg, t, st, {
@@ -155,7 +179,20 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
   }
 }
 
-/* Elements [start, end) of the flat index space, in blocks. */
+/* Step 4: one run kernel call per row piece (all tensors contiguous along the row). */
+static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len) {
+  const int64_t es = pl->esize[0];
+  if (pl->n_in == 3) {
+    int streaming = pl->streaming[3] | pl->streaming[4] << 1;
+    k->bwd_run[pl->fused](pl->base[3] + off[3] * es, pl->base[4] + off[4] * es, pl->base[0] + off[0] * es,
+                          pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming);
+  } else {
+    k->fwd_run[pl->fused](pl->base[2] + off[2] * es, pl->base[0] + off[0] * es, pl->base[1] + off[1] * es,
+                          len, pl->streaming[2]);
+  }
+}
+
+/* Elements [start, end) of the flat index space, in blocks (or fused row pieces). */
 static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
                         float (*stage)[ZG_CPU_BLOCK], zg_seg *seg) {
   const int nd = pl->ndim, inner = nd - 1, nt = pl->nt;
@@ -175,15 +212,20 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
   int64_t idx = start;
   while (idx < end) {
     int nseg = 0, bn = 0;
-    while (bn < ZG_CPU_BLOCK && idx < end) {
+    const int64_t cap = pl->fused >= 0 ? INT64_MAX : ZG_CPU_BLOCK;
+    while (bn < cap && idx < end) {
       int64_t len = row_len - j;
-      if (len > ZG_CPU_BLOCK - bn) len = ZG_CPU_BLOCK - bn;
+      if (len > cap - bn) len = cap - bn;
       if (len > end - idx) len = end - idx;
-      zg_seg *sg = &seg[nseg++];
-      memcpy(sg->off, off, sizeof off);
-      sg->len = (int32_t)len;
-      sg->dst = bn;
-      bn += (int)len;
+      if (pl->fused >= 0) {
+        zg_run_fused(pl, k, off, len);
+      } else {
+        zg_seg *sg = &seg[nseg++];
+        memcpy(sg->off, off, sizeof off);
+        sg->len = (int32_t)len;
+        sg->dst = bn;
+        bn += (int)len;
+      }
       idx += len;
       j += len;
       for (int t = 0; t < nt; t++) off[t] += len * pl->stride[t][inner];
@@ -199,7 +241,7 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
         }
       }
     }
-    zg_run_block(pl, k, seg, nseg, bn, stage);
+    if (nseg > 0) zg_run_block(pl, k, seg, nseg, bn, stage);
   }
 }
 
@@ -223,7 +265,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
       return zg_fail(ZGATE_ERR_INTERNAL, "cpu: dtype %d reached the CPU backend", (int)p->t[t].dtype);
 
   zg_plan pl;
-  zg_plan_build(p, &pl);
+  zg_plan_build(p, k, &pl);
   const int64_t nitems = (pl.numel + ZG_ITEM - 1) / ZG_ITEM;
   int any_streaming = 0;
   for (int t = pl.n_in; t < pl.nt; t++) any_streaming |= pl.streaming[t];

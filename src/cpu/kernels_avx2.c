@@ -385,6 +385,10 @@ static const zg_cpu_kernels avx2_kernels = {
     {store_f32, store_f16, store_bf16},
     bwd_avx2,
     fwd_avx2,
+    NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
+    NULL,
+    {NULL, NULL, NULL}, /* no fused runs: staged */
+    {NULL, NULL, NULL},
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_avx2(void) { return &avx2_kernels; }

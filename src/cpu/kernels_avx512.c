@@ -1,15 +1,21 @@
 /* The AVX-512 path (F, BW, DQ, VL, plus FMA and F16C): 16 floats per register.
  * Built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c (src/CMakeLists.txt);
- * only zg_cpu_kernels_avx512 is visible. The same operations in the same order as
- * kernels_avx2.c (simd_exp.h documents them), so both paths give the same bits; every
- * element goes through the same vector code (tails are masked), so results never depend
- * on block boundaries or the thread count.
+ * only zg_cpu_kernels_avx512 is visible. The accurate recipe (float32 outputs) follows
+ * simd_exp.h as kernels_avx2.c does, except that 1/(1+e) starts from rcp14 + one Newton step
+ * instead of a division (the fma residuals after it absorb the difference in accuracy, not
+ * in bits): avx2 and avx512 results are no longer bit-identical, each meets the bound on
+ * its own. Problems whose outputs are all 16-bit use simd_exp.h's cheap recipe (bwd16 /
+ * fwd16), and problems whose five (three) tensors share a dtype and rows run fused
+ * (cpu_kernels.h, cpu_loop.c step 4). Every element goes through the same vector code
+ * (tails are masked), so results never depend on block boundaries or the thread count.
  *
- * bfloat16 stores use the exact integer round-to-nearest-even, not AVX512_BF16's
- * VCVTNEPS2BF16: that instruction treats subnormal inputs as zero and flushes subnormal
- * results (it ignores MXCSR and behaves as DAZ/FTZ), so it is not the exact RNE that
- * zg_f32_to_bf16 defines (Intel SDM: "output denormals are always flushed to zero and input
- * denormals are always treated as zero"). float16 uses VCVTPS2PH with the rounding mode in
+ * bfloat16 stores (store_bf16, the staged path) use the exact integer round-to-nearest-even,
+ * not AVX512_BF16's VCVTNEPS2BF16: that instruction treats subnormal inputs as zero and
+ * flushes subnormal results (it ignores MXCSR and behaves as DAZ/FTZ), so it is not the
+ * exact RNE that zg_f32_to_bf16 defines (Intel SDM: "output denormals are always flushed to
+ * zero and input denormals are always treated as zero"). The fused bfloat16 run uses it
+ * where the CPU has it, and sends every step with a subnormal, inf or NaN result through the
+ * integer rounding instead (bwd_run_bf16_cvt). float16 uses VCVTPS2PH with the rounding mode in
  * the immediate (round to nearest even): it ignores MXCSR.FTZ, so float16 subnormal results
  * are exact, and the float32 subnormals that MXCSR.DAZ would zero round to +-0 in float16
  * anyway. */
@@ -25,7 +31,7 @@
 #error "kernels_avx512.c must be built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c"
 #endif
 
-/* ---- register-level math (mirrors kernels_avx2.c line by line) ----------------------- */
+/* ---- register-level math (kernels_avx2.c's, with rcp14 for the division) ------------- */
 
 /* p + plo = exp(r) for |r| <= ln2/2, given k: steps 3-4 of simd_exp.h. */
 static inline __m512 v16_exp_core(__m512 x, __m512 k, __m512 *plo) {
@@ -78,14 +84,18 @@ static inline void v16_sigmoid_pair(__m512 z, __m512 e, __m512 elo, __m512 *s, _
   const __m512 one = _mm512_set1_ps(1.0f);
   __m512 d = _mm512_add_ps(one, e);
   __m512 dlo = _mm512_add_ps(_mm512_sub_ps(e, _mm512_sub_ps(d, one)), elo);
-  __m512 r = _mm512_div_ps(one, d);
+  /* rcp14 + one Newton step: r within ~0.5 ulp + 2^-28 of 1/d; res below measures r's
+   * error exactly (fma residuals), so R and ER do not depend on r being correctly rounded.
+   * Zen 4 issues a 512-bit divide every ~5 cycles; these are three cheap ops. */
+  __m512 r0 = _mm512_rcp14_ps(d);
+  __m512 r = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, one), r0);
   __m512 res = _mm512_fnmadd_ps(r, dlo, _mm512_fnmadd_ps(r, d, one));
   __m512 er = _mm512_mul_ps(e, r);
   __m512 erlo = _mm512_fmadd_ps(elo, r, _mm512_fmsub_ps(e, r, er));
   __m512 r_c = _mm512_fmadd_ps(r, res, r);
   __m512 er_c = _mm512_add_ps(er, _mm512_fmadd_ps(er, res, erlo));
   /* select by the sign bit of z, as the avx2 path's blendv does (z = -0 and negative NaNs
-   * take e*r: the same bits in both paths) */
+   * take e*r) */
   __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
   *s = _mm512_mask_blend_ps(neg, r_c, er_c);
   *oms = _mm512_mask_blend_ps(neg, er_c, r_c);
@@ -117,11 +127,8 @@ __attribute__((noinline, cold)) static __m512 v16_fix_lanes(int which, __m512 v,
   return _mm512_loadu_ps(vv);
 }
 
-/* Any lane inf or NaN? (x*0 is NaN exactly then.) */
-static inline int v16_any_nonfinite(__m512 v) {
-  __m512 t = _mm512_mul_ps(v, _mm512_setzero_ps());
-  return _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q) != 0;
-}
+/* Any lane inf or NaN? (fpclass categories QNaN, +inf, -inf, SNaN) */
+static inline int v16_any_nonfinite(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x99) != 0; }
 
 /* dz = (dout*o) * (s + (s*z)*oms) with dout*o carried as a + alo; dos = (dout*z)*s. With
  * fix = 0 inf/NaN lanes only turn *flag NaN and the caller redoes the chunk with fix = 1
@@ -359,6 +366,352 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
   }
 }
 
+/* ---- the fast recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ---- */
+
+/* exp(-|z|) (NaN for NaN), within ~2.2e-7 relative for normal results (simd_exp.h). */
+static inline __m512 v16_exp_fast(__m512 z) {
+  /* x = -min(|z|, 104.5) in one VRANGEPS (min of magnitudes, sign forced negative); a NaN
+   * z gives NaN. Below -104.5 exp rounds to 0 anyway. */
+  __m512 x = _mm512_range_ps(z, _mm512_set1_ps(-ZG_EXP_LO), 0x0e);
+  __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E));
+  __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* y - round(y) */
+  __m512 k = _mm512_sub_ps(y, f);                                                /* round(y), exact */
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP2_G5), f, _mm512_set1_ps(ZG_EXP2_G4));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G3));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G2));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G1));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, k); /* p * 2^k, one rounding, subnormals included */
+}
+
+static inline void v16_sigmoid_fast(__m512 z, __m512 *s, __m512 *oms) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 e = v16_exp_fast(z);
+  __m512 d = _mm512_add_ps(one, e);
+  __m512 r0 = _mm512_rcp14_ps(d);
+  __m512 r = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, one), r0);
+  __m512 er = _mm512_mul_ps(e, r);
+  __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
+  *s = _mm512_mask_blend_ps(neg, r, er);
+  *oms = _mm512_mask_blend_ps(neg, er, r);
+}
+
+
+/* dz = (dout*o) * (s * t), dos = (dout*z) * s: the grouping of simd_exp.h's fast recipe. */
+static inline void v16_bwd_fast_raw(__m512 dout, __m512 z, __m512 o, __m512 *dz, __m512 *dos,
+                                    __m512 *s, __m512 *oms) {
+  v16_sigmoid_fast(z, s, oms);
+  __m512 h = _mm512_mul_ps(*s, _mm512_fmadd_ps(z, *oms, _mm512_set1_ps(1.0f)));
+  *dz = _mm512_mul_ps(_mm512_mul_ps(dout, o), h);
+  *dos = _mm512_mul_ps(_mm512_mul_ps(dout, z), *s);
+}
+
+/* Fast dz, dos; a vector with an inf/NaN result is redone lane by lane in double (cold). */
+static inline void v16_bwd_fast(__m512 dout, __m512 z, __m512 o, __m512 *dz, __m512 *dos) {
+  __m512 s, oms, vdz, vdos;
+  v16_bwd_fast_raw(dout, z, o, &vdz, &vdos, &s, &oms);
+  if (__builtin_expect(v16_any_nonfinite(_mm512_add_ps(vdz, vdos)), 0)) {
+    vdz = v16_fix_lanes(0, vdz, dout, z, o, s, oms);
+    vdos = v16_fix_lanes(1, vdos, dout, z, o, s, oms);
+  }
+  *dz = vdz;
+  *dos = vdos;
+}
+
+static inline __m512 v16_fwd_fast(__m512 o, __m512 z) {
+  __m512 s, oms;
+  v16_sigmoid_fast(z, &s, &oms);
+  __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s);
+  if (__builtin_expect(v16_any_nonfinite(out), 0)) out = v16_fix_lanes(2, out, o, z, o, s, oms);
+  return out;
+}
+
+/* Staged float kernels with the fast recipe (table entries bwd16 / fwd16). */
+static void bwd16_avx512(float *dz, float *dos, const float *dout, const float *z, const float *o,
+                         int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = v16_mask(n - j);
+    __m512 vdz, vdos;
+    v16_bwd_fast(_mm512_maskz_loadu_ps(k, dout + j), _mm512_maskz_loadu_ps(k, z + j),
+                 _mm512_maskz_loadu_ps(k, o + j), &vdz, &vdos);
+    _mm512_mask_storeu_ps(dz + j, k, vdz);
+    _mm512_mask_storeu_ps(dos + j, k, vdos);
+  }
+}
+
+static void fwd16_avx512(float *out, const float *o, const float *z, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = v16_mask(n - j);
+    _mm512_mask_storeu_ps(out + j, k,
+                          v16_fwd_fast(_mm512_maskz_loadu_ps(k, o + j), _mm512_maskz_loadu_ps(k, z + j)));
+  }
+}
+
+/* ---- fused runs (cpu_kernels.h zg_bwd_run_fn): 32 elements per step ---------------------
+ * 16-bit types: one 512-bit load holds 32 elements. bfloat16 widens by unpacking with zero
+ * within each 128-bit lane (elements 0-3, 8-11, ... in the first vector, 4-7, 12-15, ... in
+ * the second) and narrows with the inverse pack, so the order is restored; the math is
+ * elementwise and every tensor goes through the same permutation. float16 converts the two
+ * 256-bit halves. float32 is two plain vectors. Tails: the same code with masks. */
+
+typedef struct { __m512 a, b; } v32f;
+
+static inline __mmask32 v32_mask(int64_t rem) {
+  return rem >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << rem) - 1u);
+}
+
+static inline __attribute__((always_inline)) v32f ld32(int dt, const void *p, __mmask32 m) {
+  v32f v;
+  if (dt == ZG_F32) {
+    v.a = _mm512_maskz_loadu_ps((__mmask16)m, p);
+    v.b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), (const float *)p + 16);
+  } else if (dt == ZG_BF16) {
+    __m512i w = _mm512_maskz_loadu_epi16(m, p);
+    v.a = _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), w));
+    v.b = _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), w));
+  } else {
+    __m512i w = _mm512_maskz_loadu_epi16(m, p);
+    v.a = _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+    v.b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1));
+  }
+  return v;
+}
+
+/* RNE to bfloat16 in the high half of each 32-bit lane. NaN needs no care here: a NaN
+ * result is either a quieted bfloat16 input (low 16 bits zero, nothing carries) or one the
+ * cold fix-up produced, which it makes the default quiet NaN. */
+static inline __m512i v16_bf16_hi(__m512 x) {
+  __m512i b = _mm512_castps_si512(x);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb), 16);
+}
+
+static inline __attribute__((always_inline)) void st32(int dt, void *p, v32f v, __mmask32 m, int nt) {
+  if (dt == ZG_F32) {
+    if (nt) {
+      _mm512_stream_ps((float *)p, v.a);
+      _mm512_stream_ps((float *)p + 16, v.b);
+    } else {
+      _mm512_mask_storeu_ps(p, (__mmask16)m, v.a);
+      _mm512_mask_storeu_ps((float *)p + 16, (__mmask16)(m >> 16), v.b);
+    }
+    return;
+  }
+  __m512i w;
+  if (dt == ZG_BF16)
+    w = _mm512_packus_epi32(v16_bf16_hi(v.a), v16_bf16_hi(v.b));
+  else
+    w = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_f16(v.a)), v16_to_f16(v.b), 1);
+  if (nt)
+    _mm512_stream_si512(p, w);
+  else
+    _mm512_mask_storeu_epi16(p, m, w);
+}
+
+/* Elements before the first output is 64-byte aligned, when streaming. */
+static inline int64_t run_head(const void *dst, int dt, int64_t n) {
+  return head_to_line(dst, dt == ZG_F32 ? 4 : 2, n);
+}
+static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
+
+static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz, void *dos,
+                                                               const void *dout, const void *z,
+                                                               const void *o, int64_t n,
+                                                               int streaming) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  char *pdz = dz, *pdos = dos;
+  const char *pd = dout, *pz = z, *po = o;
+  int64_t i = 0, head = streaming ? run_head(pdz, dt, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
+  int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
+  while (i < n) {
+    int64_t m = i < head ? head - i : n - i;
+    if (i < head || m < 32) { /* the head before alignment and the tail: masked */
+      __mmask32 k = v32_mask(m);
+      v32f d = ld32(dt, pd + i * es, k), zz = ld32(dt, pz + i * es, k), oo = ld32(dt, po + i * es, k);
+      v32f rdz, rdos;
+      v16_bwd_fast(d.a, zz.a, oo.a, &rdz.a, &rdos.a);
+      v16_bwd_fast(d.b, zz.b, oo.b, &rdz.b, &rdos.b);
+      st32(dt, pdz + i * es, rdz, k, 0);
+      st32(dt, pdos + i * es, rdos, k, 0);
+      i += m < 32 ? m : 32;
+      continue;
+    }
+    for (; i + 32 <= n; i += 32) {
+      v32f d = ld32(dt, pd + i * es, ~0u), zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u);
+      v32f rdz, rdos;
+      v16_bwd_fast(d.a, zz.a, oo.a, &rdz.a, &rdos.a);
+      v16_bwd_fast(d.b, zz.b, oo.b, &rdz.b, &rdos.b);
+      st32(dt, pdz + i * es, rdz, ~0u, nt0);
+      st32(dt, pdos + i * es, rdos, ~0u, nt1);
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out, const void *o,
+                                                               const void *z, int64_t n,
+                                                               int streaming) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  char *pout = out;
+  const char *pz = z, *po = o;
+  int64_t i = 0, head = streaming ? run_head(pout, dt, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pout + head * es);
+  while (i < n) {
+    int64_t m = i < head ? head - i : n - i;
+    if (i < head || m < 32) {
+      __mmask32 k = v32_mask(m);
+      v32f zz = ld32(dt, pz + i * es, k), oo = ld32(dt, po + i * es, k), r;
+      r.a = v16_fwd_fast(oo.a, zz.a);
+      r.b = v16_fwd_fast(oo.b, zz.b);
+      st32(dt, pout + i * es, r, k, 0);
+      i += m < 32 ? m : 32;
+      continue;
+    }
+    for (; i + 32 <= n; i += 32) {
+      v32f zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u), r;
+      r.a = v16_fwd_fast(oo.a, zz.a);
+      r.b = v16_fwd_fast(oo.b, zz.b);
+      st32(dt, pout + i * es, r, ~0u, nt0);
+    }
+  }
+}
+
+/* float32: the accurate recipe (two passes per chunk, as bwd_avx512), outputs written
+ * straight from registers, non-temporal when streaming; inf/NaN checked per vector (a
+ * chunk cannot be redone in place: dout_scaled may already have overwritten dout). */
+static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                        int64_t n, int streaming) {
+  float *pdz = dz, *pdos = dos;
+  const float *pd = dout, *pz = z, *po = o;
+  int64_t head = streaming ? run_head(pdz, ZG_F32, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pdz + head);
+  int nt1 = (streaming & 2) && line_aligned(pdos + head);
+  _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
+  for (int64_t i = 0; i < n;) {
+    int64_t m = i < head ? head - i : n - i;
+    if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
+    exp_pass(e, elo, pz + i, m);
+    for (int64_t j = 0; j < m; j += 16) {
+      __m512 vdz, vdos, flag = _mm512_setzero_ps();
+      if (i >= head && m - j >= 16) {
+        v16_bwd(_mm512_loadu_ps(pd + i + j), _mm512_loadu_ps(pz + i + j), _mm512_loadu_ps(po + i + j),
+                _mm512_load_ps(e + j), _mm512_load_ps(elo + j), &vdz, &vdos, &flag, 1);
+        if (nt0) _mm512_stream_ps(pdz + i + j, vdz);
+        else _mm512_storeu_ps(pdz + i + j, vdz);
+        if (nt1) _mm512_stream_ps(pdos + i + j, vdos);
+        else _mm512_storeu_ps(pdos + i + j, vdos);
+      } else {
+        __mmask16 k = v16_mask(m - j);
+        v16_bwd(_mm512_maskz_loadu_ps(k, pd + i + j), _mm512_maskz_loadu_ps(k, pz + i + j),
+                _mm512_maskz_loadu_ps(k, po + i + j), _mm512_load_ps(e + j), _mm512_load_ps(elo + j), &vdz,
+                &vdos, &flag, 1);
+        _mm512_mask_storeu_ps(pdz + i + j, k, vdz);
+        _mm512_mask_storeu_ps(pdos + i + j, k, vdos);
+      }
+    }
+    i += m;
+  }
+}
+
+static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  float *pout = out;
+  const float *pz = z, *po = o;
+  int64_t head = streaming ? run_head(pout, ZG_F32, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pout + head);
+  _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
+  for (int64_t i = 0; i < n;) {
+    int64_t m = i < head ? head - i : n - i;
+    if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
+    exp_pass(e, elo, pz + i, m);
+    for (int64_t j = 0; j < m; j += 16) {
+      __m512 flag = _mm512_setzero_ps();
+      if (i >= head && m - j >= 16) {
+        __m512 v = v16_fwd(_mm512_loadu_ps(po + i + j), _mm512_loadu_ps(pz + i + j), _mm512_load_ps(e + j),
+                           _mm512_load_ps(elo + j), &flag, 1);
+        if (nt0) _mm512_stream_ps(pout + i + j, v);
+        else _mm512_storeu_ps(pout + i + j, v);
+      } else {
+        __mmask16 k = v16_mask(m - j);
+        _mm512_mask_storeu_ps(pout + i + j, k,
+                              v16_fwd(_mm512_maskz_loadu_ps(k, po + i + j), _mm512_maskz_loadu_ps(k, pz + i + j),
+                                      _mm512_load_ps(e + j), _mm512_load_ps(elo + j), &flag, 1));
+      }
+    }
+    i += m;
+  }
+}
+
+static void bwd_run_bf16(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                         int64_t n, int streaming) {
+  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming);
+}
+
+/* bfloat16 with AVX512_BF16 (Zen 4, Sapphire Rapids): VCVTNE2PS2BF16 narrows 32 floats in
+ * one instruction with round-to-nearest-even, exact for every normal float32 and inf; it
+ * flushes subnormal inputs to zero and its NaN is not zg_f32_to_bf16's, so every 32-element
+ * step whose dz or dos has a NaN, inf or subnormal lane is redone by bwd_run_fast above
+ * (its integer rounding is exact for all inputs). Both compute the same floats, so the
+ * result is the same bits either way. Widening here splits each 32-bit pair: even elements
+ * by a shift, odd ones by a mask, and the narrowed halves are interleaved back by VPERMW. */
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+static inline void ld32_eo(const void *p, __m512 *even, __m512 *odd) {
+  __m512i w = _mm512_loadu_si512(p);
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+static inline __m512i v32_bf16_interleave(__m512 even, __m512 odd, __m512i idx) {
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+/* NaN, +-inf, subnormal (fpclass categories 0x01, 0x08, 0x10, 0x20, 0x80) */
+static inline __mmask16 v16_not_normal_or_zero(__m512 v) { return _mm512_fpclass_ps_mask(v, 0xb9); }
+
+static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                             int64_t n, int streaming) {
+  uint16_t *pdz = dz, *pdos = dos;
+  const uint16_t *pd = dout, *pz = z, *po = o;
+  int64_t head = streaming ? run_head(pdz, ZG_BF16, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pdz + head);
+  int nt1 = (streaming & 2) && line_aligned(pdos + head);
+  /* word j of the packed pair: even element j/2 (low half) or odd element j/2 (high half) */
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  if (head > 0) bwd_run_fast(ZG_BF16, pdz, pdos, pd, pz, po, head, 0);
+  int64_t i = head;
+  for (; i + 32 <= n; i += 32) {
+    __m512 de, dd, ze, zd, oe, od, dze, dzo, dose, doso, s, oms;
+    ld32_eo(pd + i, &de, &dd);
+    ld32_eo(pz + i, &ze, &zd);
+    ld32_eo(po + i, &oe, &od);
+    v16_bwd_fast_raw(de, ze, oe, &dze, &dose, &s, &oms);
+    v16_bwd_fast_raw(dd, zd, od, &dzo, &doso, &s, &oms);
+    if (__builtin_expect((v16_not_normal_or_zero(dze) | v16_not_normal_or_zero(dose) |
+                          v16_not_normal_or_zero(dzo) | v16_not_normal_or_zero(doso)) != 0, 0)) {
+      bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, 32, 0);
+      continue;
+    }
+    __m512i wdz = v32_bf16_interleave(dze, dzo, idx), wdos = v32_bf16_interleave(dose, doso, idx);
+    if (nt0) _mm512_stream_si512((void *)(pdz + i), wdz);
+    else _mm512_storeu_si512(pdz + i, wdz);
+    if (nt1) _mm512_stream_si512((void *)(pdos + i), wdos);
+    else _mm512_storeu_si512(pdos + i, wdos);
+  }
+  if (i < n) bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, n - i, 0);
+}
+#pragma GCC pop_options
+static void bwd_run_f16(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                        int64_t n, int streaming) {
+  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming);
+}
+static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  fwd_run_fast(ZG_BF16, out, o, z, n, streaming);
+}
+static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  fwd_run_fast(ZG_F16, out, o, z, n, streaming);
+}
+
 /* ---- the table -------------------------------------------------------------------------- */
 
 static const zg_cpu_kernels avx512_kernels = {
@@ -367,6 +720,25 @@ static const zg_cpu_kernels avx512_kernels = {
     {store_f32, store_f16, store_bf16},
     bwd_avx512,
     fwd_avx512,
+    bwd16_avx512,
+    fwd16_avx512,
+    {bwd_run_f32, bwd_run_f16, bwd_run_bf16},
+    {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
 };
 
-const zg_cpu_kernels *zg_cpu_kernels_avx512(void) { return &avx512_kernels; }
+/* The same table with the AVX512_BF16 bfloat16 run (same results, fewer instructions). */
+static const zg_cpu_kernels avx512_bf16_kernels = {
+    "avx512",
+    {load_f32, load_f16, load_bf16},
+    {store_f32, store_f16, store_bf16},
+    bwd_avx512,
+    fwd_avx512,
+    bwd16_avx512,
+    fwd16_avx512,
+    {bwd_run_f32, bwd_run_f16, bwd_run_bf16_cvt},
+    {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
+};
+
+const zg_cpu_kernels *zg_cpu_kernels_avx512(void) {
+  return __builtin_cpu_supports("avx512bf16") ? &avx512_bf16_kernels : &avx512_kernels;
+}

@@ -421,6 +421,10 @@ static const zg_cpu_kernels neon_kernels = {
     {store_f32, store_f16, store_bf16},
     bwd_neon,
     fwd_neon,
+    NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
+    NULL,
+    {NULL, NULL, NULL}, /* no fused runs: staged */
+    {NULL, NULL, NULL},
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_neon(void) { return &neon_kernels; }

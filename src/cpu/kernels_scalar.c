@@ -47,6 +47,10 @@ static const zg_cpu_kernels zg_kernels_scalar_table = {
     {zg_store_f32_scalar, zg_store_f16_scalar, zg_store_bf16_scalar},
     zg_bwd_scalar,
     zg_fwd_scalar,
+    NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
+    NULL,
+    {NULL, NULL, NULL}, /* no fused runs: staged */
+    {NULL, NULL, NULL},
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_scalar(void) { return &zg_kernels_scalar_table; }

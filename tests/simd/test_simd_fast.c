@@ -1,0 +1,296 @@
+/* The cheap recipe for 16-bit outputs and the fused runs of one x86 SIMD path
+ * (kernels_avx2.c or kernels_avx512.c, picked by ZG_TEST_AVX512 as in test_simd_exp.c; the
+ * kernel file is included whole):
+ *   - bwd16 / fwd16 (simd_exp.h "fast recipe") rounded to float16 and to bfloat16 meet the
+ *     numerics policy (check/zgate_check.h's oracle) with margin on random inputs, on a
+ *     dense sweep of the root of 1 + z(1-s) and on the subnormal-s region; the float32
+ *     error at the root is printed in ulp of the scale (the analysis says ~1/3 of 4);
+ *   - the fused runs give the same bits as staging (load, bwd16/fwd16 or bwd/fwd, store)
+ *     for every dtype, whatever the run is split into, streaming or not, in place or not,
+ *     special values included;
+ *   - avx512: the AVX512_BF16 bfloat16 run equals the integer-rounding one bit for bit.
+ * A CPU (or OS) without the path exits 77. */
+#include <cpuid.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "zgate_check.h"
+
+#ifdef ZG_TEST_AVX512
+#include "cpu/kernels_avx512.c"
+static const char *isa_name = "avx512";
+static const zg_cpu_kernels *table(void) { return &avx512_kernels; }
+#else
+#include "cpu/kernels_avx2.c"
+static const char *isa_name = "avx2";
+static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx2(); }
+#endif
+
+static int cpu_can_run(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  if (!((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 12) & 1) || !((c >> 29) & 1)) return 0;
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 6u) != 6u) return 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  if (!((b >> 5) & 1)) return 0;
+#ifdef ZG_TEST_AVX512
+  if (!((b >> 16) & 1) || !((b >> 17) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1)) return 0;
+  if ((xlo & 0xe6u) != 0xe6u) return 0;
+#endif
+  return 1;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void) {
+  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
+
+enum { NN = 1 << 20 };
+
+/* z: the root (a dense sweep and random points near it), wide, the subnormal-s region,
+ * small |z|; dout and o over 2^-6..2^6 (inside float16's range after the products). */
+static void fill_inputs(float *dout, float *z, float *o, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    int mode = (int)(i % 6);
+    z[i] = (float)(mode == 0 ? -1.2785 + (double)(i - n / 2) * 0x1p-24
+                 : mode == 1 ? -1.2785 + unif(-1e-2, 1e-2)
+                 : mode == 2 ? unif(-30, 30)
+                 : mode == 3 ? unif(-104, -85)
+                 : mode == 4 ? unif(-1, 1) * pow(10, unif(-6, 1))
+                             : unif(-120, 120));
+    dout[i] = (float)(unif(-1, 1) * pow(2, unif(-6, 6)));
+    o[i] = (float)(unif(-1, 1) * pow(2, unif(-6, 6)));
+  }
+}
+
+static DLDataType dt_of(int t) {
+  DLDataType d = {kDLFloat, 32, 1};
+  if (t == ZG_F16) d.bits = 16;
+  if (t == ZG_BF16) d.code = kDLBfloat, d.bits = 16;
+  return d;
+}
+
+static double round_to(int t, float f) {
+  return t == ZG_F16 ? zg_f16_to_f32(zg_f32_to_f16(f)) : zg_bf16_to_f32(zg_f32_to_bf16(f));
+}
+
+/* The policy's float32 bound (4 ulp of the scale + A), for the root report. */
+static double f32_bound(int q, double dout, double z, double o) {
+  double s, oms;
+  zg_sigmoid_pair_f64(z, &s, &oms);
+  double a = q == 0 ? fabs(dout * o) : fabs((q == 1 ? dout : o) * z);
+  double sc = q == 0 ? a * s * (1 + fabs(z) * oms) : a * s;
+  double al = q == 0 ? 4 * 0x1p-149 * a * (1 + fabs(z)) : 4 * 0x1p-149 * a;
+  return 4 * zgate_check_ulp(dt_of(ZG_F32), sc) + al;
+}
+
+static void test_fast_recipe_policy(void **state) {
+  (void)state;
+  const zg_cpu_kernels *k = table();
+#ifdef ZG_EXPECT_FAST
+  assert_non_null(k->bwd16);
+  assert_non_null(k->fwd16);
+#endif
+  if (!k->bwd16 || !k->fwd16) {
+    printf("[%s] no fast recipe in this table\n", isa_name);
+    return;
+  }
+  float *dout = malloc(NN * 4), *z = malloc(NN * 4), *o = malloc(NN * 4);
+  float *dz = malloc(NN * 4), *dos = malloc(NN * 4), *out = malloc(NN * 4);
+  assert_non_null(out);
+  fill_inputs(dout, z, o, NN);
+  k->bwd16(dz, dos, dout, z, o, NN);
+  k->fwd16(out, o, z, NN);
+  double worst[2][3] = {{0}}, root = 0;
+  for (int t = ZG_F16; t <= ZG_BF16; t++) {
+    for (int64_t i = 0; i < NN; i++) {
+      double rdz, rdos;
+      zg_gate_bwd_f64(dout[i], z[i], o[i], &rdz, &rdos);
+      double rout = zg_gate_fwd_f64(o[i], z[i]);
+      double got[3] = {dz[i], dos[i], out[i]}, ref[3] = {rdz, rdos, rout};
+      for (int q = 0; q < 3; q++) {
+        double ratio = 0;
+        zgate_check_verdict v = zgate_check_element((zgate_check_quantity)q, dt_of(t), round_to(t, (float)got[q]),
+                                                    ref[q], dout[i], z[i], o[i], NULL, &ratio);
+        if (v != ZGATE_CHECK_PASS)
+          fail_msg("%s t=%d q=%d i=%ld: dout %a z %a o %a got %a ref %a", isa_name, t, q, (long)i,
+                   dout[i], z[i], o[i], got[q], ref[q]);
+        if (ratio > worst[t - ZG_F16][q]) worst[t - ZG_F16][q] = ratio;
+        if (t == ZG_F16 && q == 0 && i % 6 < 2) { /* dz's float32 value itself near the root */
+          double r = fabs(got[q] - ref[q]) / f32_bound(q, dout[i], z[i], o[i]);
+          if (r > root) root = r;
+        }
+      }
+    }
+  }
+  printf("[%s] fast recipe, worst bound_ratio: f16 dz %.3f dos %.3f out %.3f; bf16 dz %.3f dos %.3f out %.3f;"
+         " near the root the float32 values are within %.3f of the float32 bound\n",
+         isa_name, worst[0][0], worst[0][1], worst[0][2], worst[1][0], worst[1][1], worst[1][2], root);
+  for (int t = 0; t < 2; t++)
+    for (int q = 0; q < 3; q++) assert_true(worst[t][q] <= 0.75);
+  assert_true(root <= 0.6);
+  free(dout); free(z); free(o); free(dz); free(dos); free(out);
+}
+
+/* ---- fused runs vs staging --------------------------------------------------------------- */
+
+enum { RN = 6007 };
+
+static float special_value(void) {
+  static const float sv[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -3e-39f, 88.7f,
+                             -88.7f, -100.0f, -103.9f, 104.0f, 1e30f, -1e30f, 3e38f, -1.2785f, 65504.0f};
+  return sv[next_u64() % (sizeof sv / sizeof sv[0])];
+}
+
+static void fill_typed(int t, void *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float f = next_u64() % 16 == 0 ? special_value() : (float)(unif(-1, 1) * pow(2, unif(-8, 8)));
+    if (next_u64() % 8 == 0) f = (float)unif(-110, 110);
+    if (t == ZG_F32) ((float *)p)[i] = f;
+    else if (t == ZG_F16) ((uint16_t *)p)[i] = zg_f32_to_f16(f);
+    else ((uint16_t *)p)[i] = zg_f32_to_bf16(f);
+  }
+}
+
+/* Bits equal, or both NaN (payloads are not pinned by the contract). */
+static void assert_same(int t, const void *a, const void *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (t == ZG_F32) {
+      float x = ((const float *)a)[i], y = ((const float *)b)[i];
+      if (isnan(x) && isnan(y)) continue;
+      if (zg_f32_bits(x) != zg_f32_bits(y)) fail_msg("%s f32 element %ld: %a vs %a", isa_name, (long)i, x, y);
+    } else {
+      uint16_t x = ((const uint16_t *)a)[i], y = ((const uint16_t *)b)[i];
+      uint16_t inf = t == ZG_F16 ? 0x7c00u : 0x7f80u;
+      if ((x & 0x7fffu) > inf && (y & 0x7fffu) > inf) continue;
+      if (x != y) fail_msg("%s dtype %d element %ld: %04x vs %04x", isa_name, t, (long)i, x, y);
+    }
+  }
+}
+
+/* The staged result: widen, the float kernel the loop driver would pick, narrow. */
+static void staged_bwd(const zg_cpu_kernels *k, int t, void *dz, void *dos, const void *dout,
+                       const void *z, const void *o, int64_t n) {
+  float *f = malloc(5 * (size_t)n * 4);
+  assert_non_null(f);
+  k->load[t](f, dout, n, 1);
+  k->load[t](f + n, z, n, 1);
+  k->load[t](f + 2 * n, o, n, 1);
+  zg_bwd_fn bwd = t == ZG_F32 || !k->bwd16 ? k->bwd : k->bwd16;
+  for (int64_t i = 0; i < n; i += ZG_CPU_BLOCK) {
+    int64_t m = n - i < ZG_CPU_BLOCK ? n - i : ZG_CPU_BLOCK;
+    bwd(f + 3 * n + i, f + 4 * n + i, f + i, f + n + i, f + 2 * n + i, m);
+  }
+  k->store[t](dz, f + 3 * n, n, 1, 0);
+  k->store[t](dos, f + 4 * n, n, 1, 0);
+  free(f);
+}
+
+static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o, const void *z, int64_t n) {
+  float *f = malloc(3 * (size_t)n * 4);
+  assert_non_null(f);
+  k->load[t](f, o, n, 1);
+  k->load[t](f + n, z, n, 1);
+  zg_fwd_fn fwd = t == ZG_F32 || !k->fwd16 ? k->fwd : k->fwd16;
+  for (int64_t i = 0; i < n; i += ZG_CPU_BLOCK) {
+    int64_t m = n - i < ZG_CPU_BLOCK ? n - i : ZG_CPU_BLOCK;
+    fwd(f + 2 * n + i, f + i, f + n + i, m);
+  }
+  k->store[t](out, f + 2 * n, n, 1, 0);
+  free(f);
+}
+
+static void check_runs(const zg_cpu_kernels *k, const char *what) {
+  for (int t = ZG_F32; t <= ZG_BF16; t++) {
+    if (!k->bwd_run[t] && !k->fwd_run[t]) continue;
+    const int64_t es = t == ZG_F32 ? 4 : 2, pad = 64;
+    for (int rep = 0; rep < 20; rep++) {
+      /* buffers 64-byte aligned plus a random offset, so heads and streaming both occur */
+      char *in = aligned_alloc(64, 3 * (RN + pad) * es), *ref = aligned_alloc(64, 3 * (RN + pad) * es);
+      char *got = aligned_alloc(64, 3 * (RN + pad) * es);
+      assert_non_null(got);
+      int64_t off = (int64_t)(next_u64() % 40);
+      char *d = in + off * es, *zz = in + (RN + pad + off) * es, *oo = in + (2 * (RN + pad) + off) * es;
+      fill_typed(t, d, RN);
+      fill_typed(t, zz, RN);
+      fill_typed(t, oo, RN);
+      char *rdz = ref + off * es, *rdos = ref + (RN + pad + off) * es, *rout = ref + (2 * (RN + pad) + off) * es;
+      char *gdz = got + off * es, *gdos = got + (RN + pad + off) * es, *gout = got + (2 * (RN + pad) + off) * es;
+      if (k->bwd_run[t]) {
+        staged_bwd(k, t, rdz, rdos, d, zz, oo, RN);
+        memset(got, 0x5a, 3 * (RN + pad) * es);
+        int streaming = (int)(next_u64() % 4);
+        for (int64_t i = 0; i < RN;) { /* random splits, as rows and items would make */
+          int64_t m = 1 + (int64_t)(next_u64() % 700);
+          if (i + m > RN) m = RN - i;
+          k->bwd_run[t](gdz + i * es, gdos + i * es, d + i * es, zz + i * es, oo + i * es, m, streaming);
+          i += m;
+        }
+        _mm_sfence();
+        assert_same(t, rdz, gdz, RN);
+        assert_same(t, rdos, gdos, RN);
+        for (int64_t i = RN; i < RN + 32; i++) assert_int_equal((unsigned char)gdz[i * es], 0x5a);
+        /* in place: dout_scaled over dout */
+        char *copy = malloc(RN * es);
+        assert_non_null(copy);
+        memcpy(copy, d, RN * es);
+        k->bwd_run[t](gdz, d, d, zz, oo, RN, 3);
+        _mm_sfence();
+        assert_same(t, rdos, d, RN);
+        memcpy(d, copy, RN * es);
+        free(copy);
+      }
+      if (k->fwd_run[t]) {
+        staged_fwd(k, t, rout, oo, zz, RN);
+        for (int64_t i = 0; i < RN;) {
+          int64_t m = 1 + (int64_t)(next_u64() % 700);
+          if (i + m > RN) m = RN - i;
+          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2));
+          i += m;
+        }
+        _mm_sfence();
+        assert_same(t, rout, gout, RN);
+      }
+      free(in); free(ref); free(got);
+    }
+  }
+  printf("[%s] fused runs (%s) equal staging for every dtype they cover\n", isa_name, what);
+}
+
+static void test_fused_runs(void **state) {
+  (void)state;
+  const zg_cpu_kernels *k = table();
+#ifdef ZG_EXPECT_FAST
+  for (int t = ZG_F32; t <= ZG_BF16; t++) assert_non_null(k->bwd_run[t]);
+#endif
+  check_runs(k, "table");
+#ifdef ZG_TEST_AVX512
+  if (__builtin_cpu_supports("avx512bf16")) check_runs(&avx512_bf16_kernels, "AVX512_BF16 table");
+  else printf("[%s] no AVX512_BF16 here: its bfloat16 run not tested\n", isa_name);
+#endif
+}
+
+int main(void) {
+  if (!cpu_can_run()) {
+    printf("SKIP: this CPU/OS cannot run the %s path\n", isa_name);
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fast_recipe_policy),
+      cmocka_unit_test(test_fused_runs),
+  };
+  return cmocka_run_group_tests_name(isa_name, tests, NULL, NULL);
+}
