@@ -9,8 +9,16 @@ Per shape, dtype and Z layout (dense, or a view into the input projection with s
 (L*P, P, D, 1), P = 2*H*D + 480, i.e. 8672 for H*D = 4096): the median kernel time from
 triton.testing.do_bench (CUDA events, L2 flushed before every call), GB/s counting
 5 x elements x element size, and the fraction of the device-to-device copy bandwidth
-measured in this run (bytes read plus written). Also the per-call wall time of back-to-back
-calls from Python and the first-call latency of each implementation.
+measured in this run (bytes read plus written) on 1 GiB, and beside it the fraction of a
+copy of the same bytes (half read, half written) timed the same way ("same-size copy": it
+pays the same fixed costs of launch, ramp-up and drain and of the L2 flush's write-back).
+Also the per-call wall time of back-to-back calls from Python and the first-call latency of
+each implementation; --clean-flush adds, for zgate and the same-size copy, a time taken after
+a flush that leaves L2 clean (a read of another 256 MB) instead of dirty (do_bench's zeroing).
+
+First call in a fresh process: --first-call DTYPE[,DTYPE2] creates the CUDA context through
+PyTorch and the tensors of shape 0 (dense), then loads libzgate and times its first bwd call
+(and a second) up to a synchronize; with a second dtype, that dtype's first call after.
 
 The original kernel is imported from --orig (or env ZGATE_ORIG_MAMBA3): a folder holding
 mamba3_siso_bwd.py and utils.py. Its code is never copied into this repository; a fake
@@ -206,6 +214,39 @@ def per_call_us(fn, est_ms):
     return (time.perf_counter() - t0) * 1e6 / n
 
 
+def copy_ms(nbytes, args):
+    """Median do_bench time of a device copy moving nbytes (half read, half written)."""
+    n = (nbytes // 2) // 4
+    src = torch.randn(n, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=args.warmup, rep=args.rep,
+                                 return_mode="median")
+    del src, dst
+    return ms
+
+
+_CLEAN = {}
+
+
+def clean_flush_ms(fn, reps=40):
+    """Median event time of fn after do_bench's flush (zeroing 256 MB leaves dirty lines in
+    L2) followed by a read of another 256 MB (L2 then holds clean lines only)."""
+    if not _CLEAN:
+        _CLEAN["dirty"] = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        _CLEAN["read"] = torch.ones(64 << 20, dtype=torch.float32, device="cuda")
+    ts = []
+    for _ in range(reps):
+        _CLEAN["dirty"].zero_()
+        _CLEAN["read"].sum()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
 def copy_bandwidth(args):
     n = 1 << 29  # 1 GiB of bytes... as 2-byte elements: 1 GiB
     src = torch.randn(n // 2, device="cuda", dtype=torch.float32).view(torch.bfloat16)
@@ -213,6 +254,64 @@ def copy_bandwidth(args):
     ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=args.warmup, rep=args.rep,
                                  return_mode="median")
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+
+
+# ---- first call in a fresh process ------------------------------------------------------------
+def first_call_main(args):
+    """The CUDA context and the tensors first (as in a training process), then libzgate."""
+    out = {}
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    probs = []
+    for dname in args.first_call.split(","):
+        dtype = DTYPES[dname]
+        dout, z, o, _ = make_inputs(SHAPES[0], dtype, "dense", 0)
+        dz, dos = torch.empty_like(dout), torch.empty_like(dout)
+        probs.append((dname, (dout, z, o, dz, dos)))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    shim = Shim(args.lib)
+    out["load_ms"] = (time.perf_counter() - t0) * 1e3
+    for k, (dname, ts) in enumerate(probs):
+        fn = shim.bwd_fn(*ts)
+        pre = "" if k == 0 else "then_"
+        out[pre + "dtype"] = dname
+        out[pre + "first_ms"] = first_call_ms(fn)
+        out[pre + "second_ms"] = first_call_ms(fn)
+    out["lib"] = args.lib
+    out["module_loading"] = os.environ.get("CUDA_MODULE_LOADING", "default")
+    print("first-call " + json.dumps(out), flush=True)
+
+
+def first_call_summary(path):
+    """Medians of scripts/gpu-run.sh's first.log: C probe lines (key=value) and --first-call lines."""
+    import re
+    probe, via_torch = {}, {}
+    for line in open(path):
+        if not line.strip():
+            continue
+        b = line.split()[0]
+        if "first-call " in line:
+            d = json.loads(line.split("first-call ", 1)[1])
+            via_torch.setdefault(b, []).append("%s %.2f, then %s %.2f" % (
+                d["dtype"], d["first_ms"], d["then_dtype"], d["then_first_ms"]))
+        elif "dtype=" in line:
+            kv = dict(re.findall(r"(\w+)=(\S+)", line))
+            probe.setdefault((b, kv["dtype"], kv["loading"], "attr_ms" in kv), []).append(kv)
+    print("first call (ms), C probe after the context (median over runs):")
+    for (b, dt, ld, attr), v in sorted(probe.items()):
+        def med(k):
+            return statistics.median(float(x[k]) for x in v)
+        if attr:
+            print("  %-12s %-5s %-7s cudaFuncGetAttributes %.3f, then the first call %.3f" % (
+                b, dt, ld, med("attr_ms"), med("first_ms")))
+        else:
+            print("  %-12s %-5s %-7s first %.3f, second %.3f, another dtype's first %.3f (%d runs)" % (
+                b, dt, ld, med("first_ms"), med("second_ms"), med("then_first_ms"), len(v)))
+    print("first call (ms) through PyTorch, one fresh process each:")
+    for b, v in via_torch.items():
+        print("  %-12s %s" % (b, "; ".join(v)))
 
 
 # ---- main -----------------------------------------------------------------------------------
@@ -229,7 +328,19 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--variant-libs", default="", help="NAME=PATH,... builds timed side by side")
     ap.add_argument("--quick", action="store_true", help="skip the per-call wall times")
+    ap.add_argument("--first-call", default="", help="DTYPE[,DTYPE2]: first-call latency only")
+    ap.add_argument("--first-call-summary", default="", help="FILE: summarize gpu-run.sh's first.log")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds: start no new row past this (less a reserve for autotuning); "
+                         "the summary covers the rows done")
+    ap.add_argument("--clean-flush", action="store_true",
+                    help="also time zgate and the same-size copy after a clean-L2 flush")
     args = ap.parse_args()
+    t_start = time.time()
+    if args.first_call_summary:
+        return first_call_summary(args.first_call_summary)
+    if args.first_call:
+        return first_call_main(args)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     for knob in ("cache_size_limit", "recompile_limit"):
@@ -272,107 +383,142 @@ def main():
     shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
     rows = []
     first = {}
-    for dname in args.dtypes.split(","):
+    same_ms = {}
+    reserve = 45.0 if "orig" in impls else 10.0  # the original autotunes up to ~35 s a new key
+    todo = [(d, lay, sh) for d in args.dtypes.split(",") for lay in args.layouts.split(",") for sh in shapes]
+    for k, (dname, layout, shape) in enumerate(todo):
+        if args.deadline and time.time() - t_start > args.deadline - reserve:
+            print("deadline: stopped after %d of %d rows" % (k, len(todo)), flush=True)
+            break
         dtype = DTYPES[dname]
-        for layout in args.layouts.split(","):
-            for shape in shapes:
-                B, L, H, D = shape
-                slack = triton.next_power_of_2(D) + 64
-                dout, z, o, proj = make_inputs(shape, dtype, layout, slack)
-                numel = dout.numel()
-                nbytes = 5 * numel * dout.element_size()
-                ref_dz, ref_dos = None, None
-                zd, od, dd = z.double(), o.double(), dout.double()
-                s = torch.sigmoid(zd)
-                ref_dz = dd * od * s * (1 + zd * (1 - s))
-                ref_dos = dd * s * zd
-                del zd, od, dd, s
-                row = {"shape": list(shape), "dtype": dname, "layout": layout, "numel": numel,
-                       "bytes": nbytes}
-                for impl in impls:
-                    dz = padded_empty(shape, dtype, slack)
-                    dos = padded_empty(shape, dtype, slack)
-                    if impl == "zgate":
-                        fn = shim.bwd_fn(dout, z, o, dz, dos)
-                    elif impl in variants:
-                        fn = variants[impl].bwd_fn(dout, z, o, dz, dos)
-                    elif impl == "eager":
-                        res = {}
+        B, L, H, D = shape
+        slack = triton.next_power_of_2(D) + 64
+        dout, z, o, proj = make_inputs(shape, dtype, layout, slack)
+        numel = dout.numel()
+        nbytes = 5 * numel * dout.element_size()
+        ref_dz, ref_dos = None, None
+        zd, od, dd = z.double(), o.double(), dout.double()
+        s = torch.sigmoid(zd)
+        ref_dz = dd * od * s * (1 + zd * (1 - s))
+        ref_dos = dd * s * zd
+        del zd, od, dd, s
+        row = {"shape": list(shape), "dtype": dname, "layout": layout, "numel": numel,
+               "bytes": nbytes}
+        if nbytes not in same_ms:
+            same_ms[nbytes] = copy_ms(nbytes, args)
+        row["copy_same_ms"] = same_ms[nbytes]
+        same_gbs = nbytes / (same_ms[nbytes] * 1e-3) / 1e9
+        for impl in impls:
+            dz = padded_empty(shape, dtype, slack)
+            dos = padded_empty(shape, dtype, slack)
+            if impl == "zgate":
+                fn = shim.bwd_fn(dout, z, o, dz, dos)
+            elif impl in variants:
+                fn = variants[impl].bwd_fn(dout, z, o, dz, dos)
+            elif impl == "eager":
+                res = {}
 
-                        def fn(res=res):
-                            res["out"] = formula(dout, z, o)
-                    elif impl == "compile":
-                        res = {}
+                def fn(res=res):
+                    res["out"] = formula(dout, z, o)
+            elif impl == "compile":
+                res = {}
 
-                        def fn(res=res):
-                            res["out"] = compiled(dout, z, o)
-                    else:
-                        fn = orig_fn(mod, dout, z, o, dz, dos)
-                    key = (impl, dname, layout)
-                    fc = first_call_ms(fn)
-                    if key not in first:
-                        first[key] = fc
-                        row[impl + "_first_ms"] = fc
-                    ms = kernel_ms(fn, args)
-                    gbs = nbytes / (ms * 1e-3) / 1e9
-                    row[impl + "_ms"] = ms
-                    row[impl + "_gbs"] = gbs
-                    row[impl + "_frac"] = gbs / copy_gbs
-                    if not args.quick:
-                        row[impl + "_call_us"] = per_call_us(fn, ms)
-                    if impl in ("zgate", "orig") or impl in variants:
-                        got_dz, got_dos = dz, dos
-                    else:
-                        got_dz, got_dos = res["out"]
-                    row[impl + "_err"] = max(rel_err(got_dz, ref_dz), rel_err(got_dos, ref_dos))
-                    if impl == "zgate" and pkg is not None and not args.quick:
-                        try:
-                            pf = lambda: pkg.bwd(dout, z, o, dz=dz, dout_scaled=dos)  # noqa: E731
-                            pf()
-                            row["pkg_call_us"] = per_call_us(pf, ms)
-                        except Exception as e:
-                            print("python/zgate bwd failed: %s" % e)
-                            pkg = None
-                    del fn, dz, dos
-                rows.append(row)
-                line = "%-5s %-5s %-18s %7.1f MB" % (dname, layout, str(shape), nbytes / 1e6)
-                for impl in impls:
-                    line += " | %s %7.1f us %5.1f%%" % (impl, row[impl + "_ms"] * 1e3, 100 * row[impl + "_frac"])
-                print(line, flush=True)
-                del dout, z, o, proj, ref_dz, ref_dos
-                torch.cuda.empty_cache()
+                def fn(res=res):
+                    res["out"] = compiled(dout, z, o)
+            else:
+                fn = orig_fn(mod, dout, z, o, dz, dos)
+            key = (impl, dname, layout)
+            fc = first_call_ms(fn)
+            if key not in first:
+                first[key] = fc
+                row[impl + "_first_ms"] = fc
+            ms = kernel_ms(fn, args)
+            gbs = nbytes / (ms * 1e-3) / 1e9
+            row[impl + "_ms"] = ms
+            row[impl + "_gbs"] = gbs
+            row[impl + "_frac"] = gbs / copy_gbs
+            row[impl + "_frac_same"] = gbs / same_gbs
+            if args.clean_flush and (impl == "zgate" or impl in variants):
+                row[impl + "_clean_ms"] = clean_flush_ms(fn)
+            if not args.quick:
+                row[impl + "_call_us"] = per_call_us(fn, ms)
+            if impl in ("zgate", "orig") or impl in variants:
+                got_dz, got_dos = dz, dos
+            else:
+                got_dz, got_dos = res["out"]
+            row[impl + "_err"] = max(rel_err(got_dz, ref_dz), rel_err(got_dos, ref_dos))
+            if impl == "zgate" and pkg is not None and not args.quick:
+                try:
+                    pf = lambda: pkg.bwd(dout, z, o, dz=dz, dout_scaled=dos)  # noqa: E731
+                    pf()
+                    row["pkg_call_us"] = per_call_us(pf, ms)
+                except Exception as e:
+                    print("python/zgate bwd failed: %s" % e)
+                    pkg = None
+            del fn, dz, dos
+        if args.clean_flush:
+            n = (nbytes // 2) // 4
+            src = torch.randn(n, device="cuda", dtype=torch.float32)
+            dst = torch.empty_like(src)
+            row["copy_same_clean_ms"] = clean_flush_ms(lambda: dst.copy_(src))
+            del src, dst
+        rows.append(row)
+        line = "%-5s %-5s %-18s %7.1f MB copy %6.1f us" % (dname, layout, str(shape), nbytes / 1e6,
+                                                          same_ms[nbytes] * 1e3)
+        for impl in impls:
+            line += " | %s %7.1f us %5.1f%% (%5.1f%%)" % (impl, row[impl + "_ms"] * 1e3, 100 * row[impl + "_frac"],
+                                                      100 * row[impl + "_frac_same"])
+        if args.clean_flush:
+            line += " | clean L2: copy %.1f us" % (row["copy_same_clean_ms"] * 1e3) + "".join(
+                " %s %.1f us" % (i, row[i + "_clean_ms"] * 1e3) for i in impls if i + "_clean_ms" in row)
+        print(line, flush=True)
+        del dout, z, o, proj, ref_dz, ref_dos
+        torch.cuda.empty_cache()
 
     # ---- summary ----
     print()
-    print("copy bandwidth %.0f GB/s; times are medians (us), %% of copy bandwidth" % copy_gbs)
-    hdr = "| dtype | Z | shape | MB | " + " | ".join("%s us (%% copy)" % i for i in impls) + " | zgate err |"
+    print("copy bandwidth %.0f GB/s (1 GiB); times are medians (us), %% of that copy bandwidth, "
+          "in brackets %% of a same-size copy" % copy_gbs)
+    hdr = ("| dtype | Z | shape | MB | same-size copy us | " + " | ".join("%s us (%% copy) [%% same]" % i for i in impls)
+           + " | zgate err |")
     print(hdr)
     print("|" + "---|" * (hdr.count("|") - 1))
     for r in rows:
-        cells = ["%.1f (%.1f%%)" % (r[i + "_ms"] * 1e3, 100 * r[i + "_frac"]) for i in impls]
-        print("| %s | %s | %s | %.0f | %s | %.1e |" % (r["dtype"], r["layout"], tuple(r["shape"]),
-                                                    r["bytes"] / 1e6, " | ".join(cells), r.get("zgate_err", 0.0)))
+        cells = ["%.1f (%.1f%%) [%.1f%%]" % (r[i + "_ms"] * 1e3, 100 * r[i + "_frac"], 100 * r[i + "_frac_same"])
+                 for i in impls]
+        print("| %s | %s | %s | %.0f | %.1f | %s | %.1e |" % (r["dtype"], r["layout"], tuple(r["shape"]),
+                                                           r["bytes"] / 1e6, r["copy_same_ms"] * 1e3,
+                                                           " | ".join(cells), r.get("zgate_err", 0.0)))
     print()
     for name in variants:
         fr = [r[name + "_frac"] for r in rows]
-        print("variant %s: geomean %.2f%% of copy, min %.1f%%, max %.1f%%, max error %.1e" % (
-            name, 100 * math.exp(statistics.fmean(math.log(x) for x in fr)), 100 * min(fr),
-            100 * max(fr), max(r[name + "_err"] for r in rows)))
+        fs = [r[name + "_frac_same"] for r in rows]
+        print("variant %s: geomean %.2f%% of copy (%.2f%% of same-size copy), min %.1f%%, max %.1f%%, "
+              "max error %.1e" % (name, 100 * math.exp(statistics.fmean(math.log(x) for x in fr)),
+                                  100 * math.exp(statistics.fmean(math.log(x) for x in fs)), 100 * min(fr),
+                                  100 * max(fr), max(r[name + "_err"] for r in rows)))
     big = [r for r in rows if r["bytes"] >= 256e6]
-    if big and "zgate" in impls:
-        worst = min(big, key=lambda r: r["zgate_frac"])
-        print("zgate, shapes moving >= 256 MB: min %.1f%% of copy (%s %s %s), target >= 97%%" % (
-            100 * worst["zgate_frac"], worst["dtype"], worst["layout"], tuple(worst["shape"])))
-    for other in ("compile", "orig"):
-        if other in impls and "zgate" in impls:
-            ratios = [r[other + "_ms"] / r["zgate_ms"] for r in rows]
-            slower = [r for r in rows if r["zgate_ms"] > r[other + "_ms"]]
-            print("vs %s: geomean speedup %.3fx, min %.3fx, zgate slower on %d of %d" % (
-                other, math.exp(statistics.fmean(math.log(x) for x in ratios)), min(ratios),
+    for impl in impls:
+        if not big or impl not in ("zgate", "compile") and impl not in variants:
+            continue
+        for key, what in (("_frac", "1 GiB copy"), ("_frac_same", "same-size copy")):
+            worst = min(big, key=lambda r: r[impl + key])
+            print("%s, shapes moving >= 256 MB: min %.1f%% of the %s (%s %s %s); %d of %d below 97%%" % (
+                impl, 100 * worst[impl + key], what, worst["dtype"], worst["layout"], tuple(worst["shape"]),
+                sum(r[impl + key] < 0.97 for r in big), len(big)))
+    for me in [i for i in impls if i == "zgate" or i in variants]:
+        for other in ("compile", "orig"):
+            if other not in impls:
+                continue
+            ratios = [r[other + "_ms"] / r[me + "_ms"] for r in rows]
+            slower = [r for r in rows if r[me + "_ms"] > r[other + "_ms"]]
+            print("%s vs %s: geomean speedup %.3fx, min %.3fx, slower on %d of %d" % (
+                me, other, math.exp(statistics.fmean(math.log(x) for x in ratios)), min(ratios),
                 len(slower), len(rows)))
             for r in slower:
-                print("   slower: %s %s %s zgate %.1f us, %s %.1f us" % (
-                    r["dtype"], r["layout"], tuple(r["shape"]), r["zgate_ms"] * 1e3, other, r[other + "_ms"] * 1e3))
+                print("   slower: %s %s %s %s %.1f us, %s %.1f us (%.1f%%)" % (
+                    r["dtype"], r["layout"], tuple(r["shape"]), me, r[me + "_ms"] * 1e3, other,
+                    r[other + "_ms"] * 1e3, 100 * (r[me + "_ms"] / r[other + "_ms"] - 1)))
     print("first call (ms), per implementation, dtype and Z layout:")
     for (impl, dname, layout), v in sorted(first.items()):
         print("   %-8s %-5s %-6s %10.2f" % (impl, dname, layout, v))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build, compare kernel variants, test, sanitize and benchmark the CUDA backend on a GPU
 # machine, in one call.
-#   scripts/gpu-run.sh            everything (build, variants, ctest, >2^31 test,
-#                                 compute-sanitizer, bench)
+#   scripts/gpu-run.sh            everything (build, first-call, smoke, variants, ctest of the
+#                                 "cuda" label with its >2^31 tests, compute-sanitizer, bench);
+#                                 STAGES may add "big" (the >2^31 tests alone) and "inductor"
+#                                 (torch.compile's generated code for two shapes, for reading)
 #   STAGES="build ctest" scripts/gpu-run.sh     a subset
 #   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_backend.cu's
 #                                 ZG_CUDA_* macros), each a full build in build/var<i>; the
@@ -10,6 +12,9 @@
 #                                 (zgate only, shapes moving >= 336 MB) and the remaining
 #                                 stages test and benchmark the one with the highest geomean
 #                                 fraction of copy bandwidth. VARIANTS="" builds $BUILD only.
+#   FIRST_VARIANTS="0 1"          the builds whose first call the "first" stage measures in
+#                                 fresh processes (tests/cuda/cuda_first_call.cu, and
+#                                 bench/gpu_bench.py --first-call with PyTorch).
 # Logs go to $OUT (the device tool's output folder; build/gpu-out elsewhere), at most 8 files.
 # Where the machine lacks libdlpack-dev / libcmocka-dev, headers and library copied from a
 # Debian machine into build/gpu-deps (git-ignored) are used: see docs/performance.md.
@@ -20,12 +25,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
-STAGES=${STAGES:-"build variants ctest big sanitize bench"}
+STAGES=${STAGES:-"build first smoke variants ctest sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 DEPS=$PWD/build/gpu-deps
-# The defaults first (index 0); run 4 of docs/perf-notes.md measured v3index, layouts, t128
-# (now the defaults), t512, u2t128 and ldg, with 256-thread blocks as the defaults then.
-VARIANTS=${VARIANTS-"shipped=;v3=-DZG_CUDA_LAYOUTS=0 -DZG_CUDA_THREADS=256 -DZG_CUDA_MINB=4;t256=-DZG_CUDA_THREADS=256 -DZG_CUDA_MINB=4;ldg=-DZG_CUDA_LDG=1"}
+# The defaults first (index 0). Run 4 of docs/perf-notes.md measured v3index, layouts, t128
+# (now the defaults), t512, u2t128 and ldg; run 6 (v5) the module split (shipped: one
+# translation unit per operator and dtype kind) against one module (mono) and fewer kernels
+# (lean), and two kernel variants that lost and are gone (8-wide float32, 16-bit half stores).
+VARIANTS=${VARIANTS-"split=;mono=-DZG_CUDA_UNITY=1;lean=-DZG_CUDA_LEAN=1"}
+FIRST_VARIANTS=${FIRST_VARIANTS-"0 1 2"}
 summary=()
 START=$(date +%s)
 
@@ -51,11 +59,11 @@ if [ ! -f /usr/include/cmocka.h ] && [ -f "$DEPS/include/cmocka.h" ]; then
 fi
 command -v ninja >/dev/null && CFG="$CFG -G Ninja"
 IFS=';' read -ra VLIST <<<"$VARIANTS"
-export OUT BUILD CFG VARIANTS
+export OUT BUILD CFG VARIANTS FIRST_VARIANTS
 
 build_one() { # dir flags
   cmake -S . -B "$1" $CFG "-DCMAKE_CUDA_FLAGS=$2" >"$1.cfg.log" 2>&1 &&
-    cmake --build "$1" --target zgate test_cuda_gate -j 6 >"$1.build.log" 2>&1 || { tail -30 "$1.cfg.log" "$1.build.log"; return 1; }
+    cmake --build "$1" --target zgate test_cuda_gate cuda_first_call example_cuda_stream -j 6 >"$1.build.log" 2>&1 || { tail -30 "$1.cfg.log" "$1.build.log"; return 1; }
 }
 build() {
   local i=0 rc=0 spec pids=()
@@ -70,13 +78,47 @@ build() {
 export -f build build_one
 stage build 150 build
 
+# First call of each build in fresh processes: the C probe (context, then optionally
+# cudaFuncGetAttributes of the kernel, then the first and second call, then another dtype's
+# first call), with eager module loading once; then through PyTorch (context and tensors
+# first, then libzgate loaded and called).
+first() {
+  local i d next r dirs
+  if [ -n "$VARIANTS" ]; then dirs=""; for i in $FIRST_VARIANTS; do dirs="$dirs build/var$i"; done; else dirs=$BUILD; fi
+  for b in $dirs; do
+    for d in bf16 fp16 fp32; do
+      next=$([ $d = bf16 ] && echo fp16 || echo bf16)
+      for r in 1 2 3; do echo "$b $("$b/tests/cuda/cuda_first_call" $d --then $next)"; done
+      echo "$b $("$b/tests/cuda/cuda_first_call" $d --attr)"
+    done
+    echo "$b $(CUDA_MODULE_LOADING=EAGER "$b/tests/cuda/cuda_first_call" bf16 --then fp16)"
+  done
+  for b in $dirs; do
+    for d in bf16 fp16 fp32; do
+      next=$([ $d = fp32 ] && echo bf16 || echo fp32)
+      python3 bench/gpu_bench.py --lib "$b/src/libzgate.so" --first-call $d,$next | sed "s|^|$b |"
+    done
+  done
+}
+smoke() {
+  local i=0 spec rc=0
+  IFS=';' read -ra list <<<"$VARIANTS"
+  for spec in "${list[@]}"; do
+    echo "--- build/var$i (${spec%%=*})"; build/var$i/tests/cuda/test_cuda_gate --small | tail -2 || rc=1; i=$((i + 1))
+  done
+  return $rc
+}
+export -f first smoke
+stage first 150 first
+[ -n "$VARIANTS" ] && stage smoke 60 smoke
+
 variants() {
   local i=0 spec libs=""
   IFS=';' read -ra list <<<"$VARIANTS"
   for spec in "${list[@]}"; do libs="$libs${libs:+,}${spec%%=*}=build/var$i/src/libzgate.so"; i=$((i + 1)); done
-  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --lib build/var0/src/libzgate.so --impls "" --quick \
-    --variant-libs "$libs" ${VARIANT_BENCH_ARGS:---shapes 1,2,5,7 --rep 30} --json build/variants.json || return 1
-  python3 - build/variants.json "$VARIANTS" <<'PY'
+  PYTHONUNBUFFERED=1 python3 bench/gpu_bench.py --lib build/var0/src/libzgate.so --impls "${VARIANT_IMPLS-compile}" --quick \
+    --variant-libs "$libs" ${VARIANT_BENCH_ARGS:---shapes 1,2,3,5,7 --rep 30 --clean-flush} --json "$OUT/variants.json" || return 1
+  python3 - "$OUT/variants.json" "$VARIANTS" <<'PY'
 import json, math, statistics, sys
 d = json.load(open(sys.argv[1]))
 names = [s.split("=", 1)[0] for s in sys.argv[2].split(";")]
@@ -96,7 +138,7 @@ PY
 export -f variants
 if [ -n "$VARIANTS" ]; then
   rm -f build/chosen
-  stage variants 90 variants
+  stage variants ${VARIANTS_LIMIT:-240} variants
   [ -f build/chosen ] || echo 0 >build/chosen # no comparison: the first build (the defaults)
   BUILD=build/var$(cat build/chosen)
   echo "tests and benchmark use $BUILD (${VLIST[$(cat build/chosen)]})" | tee -a "$OUT/variants.log"
@@ -110,7 +152,7 @@ fi
   ldd "$BUILD"/src/libzgate.so | grep -i cuda
 } >>"$OUT/build.log" 2>&1
 
-stage ctest 60 'ctest --test-dir "$BUILD" -V -R cuda_gate -E cuda_gate_big'
+stage ctest 180 'ctest --test-dir "$BUILD" -V -L cuda'
 stage big 60 '"$BUILD/tests/cuda/test_cuda_gate" --big'
 sanitize() {
   set -o pipefail; local rc=0
@@ -122,14 +164,33 @@ sanitize() {
 }
 export -f sanitize
 stage sanitize 90 sanitize
+inductor() { # torch.compile's kernels for two rows where it was faster (perf-notes v5)
+  TORCH_LOGS=output_code python3 - <<'PY' 2>&1 | grep -v "^\s*$" | head -400
+import sys, torch
+sys.path.insert(0, "bench")
+from gpu_bench import SHAPES, formula, make_inputs
+f = torch.compile(formula)
+for dt, lay in ((torch.float32, "proj"), (torch.bfloat16, "dense")):
+    dout, z, o, _ = make_inputs(SHAPES[2], dt, lay, 0)
+    f(dout, z, o)
+    torch.cuda.synchronize()
+PY
+}
+export -f inductor
+stage inductor 90 inductor
 BENCH="python3 bench/gpu_bench.py --lib $BUILD/src/libzgate.so --json $OUT/bench.json ${BENCH_ARGS:-}"
 [ -d "$ORIG" ] && BENCH="$BENCH --orig $ORIG"
-# RUN_BUDGET (seconds for the whole script): the benchmark gets what is left, less 15 s
+# RUN_BUDGET (seconds for the whole script): the benchmark gets what is left, less 15 s, and
+# starts no new row in its last 10 s (--deadline), so that its summary is printed
 START=${START:-$(date +%s)}
-[ -n "${RUN_BUDGET:-}" ] && BENCH_LIMIT=$(( RUN_BUDGET - ($(date +%s) - START) - 15 ))
+if [ -n "${RUN_BUDGET:-}" ]; then
+  BENCH_LIMIT=$(( RUN_BUDGET - ($(date +%s) - START) - 15 ))
+  BENCH="$BENCH --deadline $(( BENCH_LIMIT - 10 ))"
+fi
 stage bench "${BENCH_LIMIT:-420}" "PYTHONUNBUFFERED=1 $BENCH"
 
 echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
+[ -f "$OUT/first.log" ] && python3 bench/gpu_bench.py --first-call-summary "$OUT/first.log"
 grep -h "^variant\|^chosen\|^tests and" "$OUT/variants.log" 2>/dev/null
 [ -f "$OUT/bench.log" ] && sed -n '/^copy bandwidth/,$p' "$OUT/bench.log" | cut -c1-200
 grep -h "worst error\|cases,\|big dense (\|big wide (\|FAIL\|ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/ctest.log "$OUT"/big.log "$OUT"/sanitize.log 2>/dev/null | cut -c1-200 | head -20
