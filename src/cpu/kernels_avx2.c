@@ -5,6 +5,7 @@
  * gives the same bits. The exp and sigmoid recipe is documented in simd_exp.h. */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../gate_math.h"
 #include "cpu_kernels.h"
@@ -112,6 +113,9 @@ __attribute__((noinline, cold)) static __m256 v8_fix_lanes(int which, __m256 v, 
       vv[j] = (float)(((double)vd[j] * zd) * sd);
     else
       vv[j] = (float)(((double)vo[j] * zd) * sd);
+    /* NaN as the default quiet NaN (sign kept): the fused bfloat16 narrowing relies on a
+     * NaN's low 16 bits being zero */
+    if (isnan(vv[j])) vv[j] = signbit(vv[j]) ? -NAN : NAN;
   }
   return _mm256_loadu_ps(vv);
 }
@@ -377,6 +381,330 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
   for (; i < n; i++) d[i] = zg_f32_to_bf16(src[i]);
 }
 
+/* ---- the fast recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ---- */
+
+/* exp(-|z|) (NaN for NaN), within ~1.7e-7 relative for normal results: Cody-Waite, the
+ * degree-5 polynomial F, 2^k as in v8_exp_neg. */
+static inline __m256 v8_exp_fast(__m256 z) {
+  const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+  __m256 x = _mm256_max_ps(_mm256_set1_ps(ZG_EXP_LO), _mm256_or_ps(z, _mm256_set1_ps(-0.0f)));
+  __m256 j = _mm256_fmadd_ps(x, _mm256_set1_ps(ZG_EXP_LOG2E), shifter);
+  __m256 k = _mm256_sub_ps(j, shifter);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(ZG_EXP_LN2_HI), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(ZG_EXP_LN2_LO), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(ZG_EXP_F5), r, _mm256_set1_ps(ZG_EXP_F4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZG_EXP_F3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZG_EXP_F2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ZG_EXP_F1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ)) == 0)
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                _mm256_add_epi32(_mm256_castps_si256(j), _mm256_set1_epi32(127)), 23)));
+  __m256i ki = _mm256_sub_epi32(_mm256_castps_si256(j), _mm256_castps_si256(shifter));
+  __m256i k1 = _mm256_srai_epi32(ki, 1);
+  __m256i k2 = _mm256_sub_epi32(ki, k1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  __m256 sc1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+  __m256 sc2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, sc1), sc2);
+}
+
+/* s, 1 - s and t = 1 + z(1 - s): r = 1/(1 + E) by a division (the divider is its own unit
+ * and one divide per 8 elements keeps it far from busy; the rcp estimate plus one Newton
+ * step left 1/2 two ulp short of 0.5 at z = 0, where test_special wants dz = dout*o*s
+ * exact), t = (d + z w) r with w = 1 for z < 0, E for z >= 0 (simd_exp.h: at the root only
+ * d's rounding and E's error reach t; r's error scales it). */
+static inline void v8_gate_fast(__m256 z, __m256 *s, __m256 *oms, __m256 *t) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 e = v8_exp_fast(z);
+  __m256 d = _mm256_add_ps(one, e);
+  __m256 r = _mm256_div_ps(one, d);
+  __m256 er = _mm256_mul_ps(e, r);
+  *s = _mm256_blendv_ps(r, er, z);
+  *oms = _mm256_blendv_ps(er, r, z);
+  *t = _mm256_mul_ps(_mm256_fmadd_ps(z, _mm256_blendv_ps(e, one, z), d), r);
+}
+
+/* The fast recipe's cold path, as kernels_avx512.c's v16_fast_fix: lanes whose bit is set
+ * in `lanes` get gate_math.h's float64 formula, rounded once to float (NaN as the default
+ * quiet NaN). which: 0 bwd, 1 fwd (dout unused, *dos untouched). */
+__attribute__((noinline, cold)) static void v8_fast_fix(int which, int lanes, __m256 dout, __m256 z,
+                                                        __m256 o, __m256 *dz, __m256 *dos) {
+  float vdz[8], vdos[8], vd[8], vz[8], vo[8];
+  _mm256_storeu_ps(vdz, *dz);
+  _mm256_storeu_ps(vdos, *dos);
+  _mm256_storeu_ps(vd, dout);
+  _mm256_storeu_ps(vz, z);
+  _mm256_storeu_ps(vo, o);
+  for (int j = 0; j < 8; j++) {
+    if (!((lanes >> j) & 1)) continue;
+    double a, b = 0;
+    if (which == 0) zg_gate_bwd_f64(vd[j], vz[j], vo[j], &a, &b);
+    else a = zg_gate_fwd_f64(vo[j], vz[j]);
+    vdz[j] = isnan(a) ? (signbit(a) ? -NAN : NAN) : (float)a;
+    vdos[j] = isnan(b) ? (signbit(b) ? -NAN : NAN) : (float)b;
+  }
+  *dz = _mm256_loadu_ps(vdz);
+  if (which == 0) *dos = _mm256_loadu_ps(vdos);
+}
+
+/* Lanes for v8_fast_fix: an inf or NaN in res (x*0 is NaN exactly then), and with root = 1
+ * |t| < 2^-6 (kernels_avx512.c's v16_fast_bad says why; bfloat16 runs skip it). */
+static inline int v8_fast_bad(int root, __m256 res, __m256 t) {
+  __m256 nf = _mm256_mul_ps(res, _mm256_setzero_ps());
+  __m256 bad = _mm256_cmp_ps(nf, nf, _CMP_UNORD_Q);
+  if (root) {
+    __m256 at = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), t);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(at, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
+  }
+  return _mm256_movemask_ps(bad);
+}
+
+/* dz = (dout*o) * (s*t), dos = (dout*z) * s; root: see v8_fast_bad. */
+static inline __attribute__((always_inline)) void v8_bwd_fast(int root, __m256 dout, __m256 z,
+                                                              __m256 o, __m256 *dz, __m256 *dos) {
+  __m256 s, oms, t;
+  v8_gate_fast(z, &s, &oms, &t);
+  __m256 vdz = _mm256_mul_ps(_mm256_mul_ps(dout, o), _mm256_mul_ps(s, t));
+  __m256 vdos = _mm256_mul_ps(_mm256_mul_ps(dout, z), s);
+  int bad = v8_fast_bad(root, _mm256_add_ps(vdz, vdos), t);
+  if (__builtin_expect(bad != 0, 0)) v8_fast_fix(0, bad, dout, z, o, &vdz, &vdos);
+  *dz = vdz;
+  *dos = vdos;
+}
+
+static inline __m256 v8_fwd_fast(__m256 o, __m256 z) {
+  __m256 s, oms, t;
+  v8_gate_fast(z, &s, &oms, &t);
+  __m256 out = _mm256_mul_ps(_mm256_mul_ps(o, z), s), unused = out;
+  int bad = v8_fast_bad(0, out, t);
+  if (__builtin_expect(bad != 0, 0)) v8_fast_fix(1, bad, o, z, o, &out, &unused);
+  return out;
+}
+
+/* Staged float kernels with the fast recipe (table entries bwd16 / fwd16). */
+static void bwd16_avx2(float *dz, float *dos, const float *dout, const float *z, const float *o,
+                       int64_t n) {
+  for (int64_t j = 0; j < n; j += 8) {
+    __m256 vdz, vdos;
+    v8_bwd_fast(1, v8_load_part(dout + j, n - j), v8_load_part(z + j, n - j), v8_load_part(o + j, n - j),
+                &vdz, &vdos);
+    v8_store_part(dz + j, n - j, vdz);
+    v8_store_part(dos + j, n - j, vdos);
+  }
+}
+
+static void fwd16_avx2(float *out, const float *o, const float *z, int64_t n) {
+  for (int64_t j = 0; j < n; j += 8)
+    v8_store_part(out + j, n - j, v8_fwd_fast(v8_load_part(o + j, n - j), v8_load_part(z + j, n - j)));
+}
+
+/* ---- fused runs (cpu_kernels.h zg_bwd_run_fn): 16 elements per step ---------------------
+ * bfloat16 widens by unpacking with zero within each 128-bit lane (elements 0-3 and 8-11 in
+ * the first vector, 4-7 and 12-15 in the second) and narrows by the inverse pack; the math
+ * is elementwise and every tensor goes through the same permutation. float16 converts the
+ * two 128-bit halves, float32 is two plain vectors. A head before the outputs' cache-line
+ * alignment and the tail go through a 16-element buffer and the same code. */
+
+typedef struct { __m256 a, b; } v16f;
+
+static inline __attribute__((always_inline)) v16f ld16(int dt, const void *p) {
+  v16f v;
+  if (dt == ZG_F32) {
+    v.a = _mm256_loadu_ps((const float *)p);
+    v.b = _mm256_loadu_ps((const float *)p + 8);
+  } else if (dt == ZG_BF16) {
+    __m256i w = _mm256_loadu_si256((const __m256i *)p);
+    v.a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
+    v.b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+  } else {
+    v.a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    v.b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1));
+  }
+  return v;
+}
+
+/* RNE to bfloat16 in the high half of each lane, without zg_f32_to_bf16's NaN case: a NaN
+ * here is a quieted bfloat16 input (low 16 bits zero, nothing carries) or one that
+ * v8_fix_lanes made the default quiet NaN. */
+static inline __m256i v8_bf16_hi(__m256 x) {
+  __m256i b = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
+}
+
+static inline __attribute__((always_inline)) void st16(int dt, void *p, v16f v, int nt) {
+  if (dt == ZG_F32) {
+    if (nt) {
+      _mm256_stream_ps((float *)p, v.a);
+      _mm256_stream_ps((float *)p + 8, v.b);
+    } else {
+      _mm256_storeu_ps((float *)p, v.a);
+      _mm256_storeu_ps((float *)p + 8, v.b);
+    }
+    return;
+  }
+  __m256i w = dt == ZG_BF16 ? _mm256_packus_epi32(v8_bf16_hi(v.a), v8_bf16_hi(v.b))
+                            : _mm256_set_m128i(v8_to_f16(v.b), v8_to_f16(v.a));
+  if (nt) _mm256_stream_si256((__m256i *)p, w);
+  else _mm256_storeu_si256((__m256i *)p, w);
+}
+
+static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
+
+/* One step of the bwd run: 16 elements at byte offset i*es of each tensor. */
+static inline __attribute__((always_inline)) void bwd_step_fast(int dt, char *dz, char *dos,
+                                                                const char *dout, const char *z,
+                                                                const char *o, int nt0, int nt1) {
+  v16f d = ld16(dt, dout), zz = ld16(dt, z), oo = ld16(dt, o), rdz, rdos;
+  v8_bwd_fast(dt != ZG_BF16, d.a, zz.a, oo.a, &rdz.a, &rdos.a);
+  v8_bwd_fast(dt != ZG_BF16, d.b, zz.b, oo.b, &rdz.b, &rdos.b);
+  st16(dt, dz, rdz, nt0);
+  st16(dt, dos, rdos, nt1);
+}
+
+/* Fewer than 16 elements through buffers (zero-filled: the unused lanes compute harmlessly). */
+static inline __attribute__((always_inline)) void bwd_part_fast(int dt, char *dz, char *dos,
+                                                                const char *dout, const char *z,
+                                                                const char *o, int64_t m) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  _Alignas(32) char b[5][64] = {{0}};
+  memcpy(b[0], dout, m * es);
+  memcpy(b[1], z, m * es);
+  memcpy(b[2], o, m * es);
+  bwd_step_fast(dt, b[3], b[4], b[0], b[1], b[2], 0, 0);
+  memcpy(dz, b[3], m * es);
+  memcpy(dos, b[4], m * es);
+}
+
+static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz, void *dos,
+                                                               const void *dout, const void *z,
+                                                               const void *o, int64_t n,
+                                                               int streaming) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  char *pdz = dz, *pdos = dos;
+  const char *pd = dout, *pz = z, *po = o;
+  int64_t i = 0, head = streaming ? head_to_line(pdz, es, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
+  int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
+  for (; i < head; i += 16) {
+    int64_t m = head - i < 16 ? head - i : 16;
+    bwd_part_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, m);
+  }
+  i = head;
+  for (; i + 16 <= n; i += 16)
+    bwd_step_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, nt0, nt1);
+  if (i < n) bwd_part_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, n - i);
+}
+
+static inline __attribute__((always_inline)) void fwd_step_fast(int dt, char *out, const char *o,
+                                                                const char *z, int nt) {
+  v16f zz = ld16(dt, z), oo = ld16(dt, o), r;
+  r.a = v8_fwd_fast(oo.a, zz.a);
+  r.b = v8_fwd_fast(oo.b, zz.b);
+  st16(dt, out, r, nt);
+}
+
+static inline __attribute__((always_inline)) void fwd_part_fast(int dt, char *out, const char *o,
+                                                                const char *z, int64_t m) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  _Alignas(32) char b[3][64] = {{0}};
+  memcpy(b[0], o, m * es);
+  memcpy(b[1], z, m * es);
+  fwd_step_fast(dt, b[2], b[0], b[1], 0);
+  memcpy(out, b[2], m * es);
+}
+
+static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out, const void *o,
+                                                               const void *z, int64_t n,
+                                                               int streaming) {
+  const int64_t es = dt == ZG_F32 ? 4 : 2;
+  char *pout = out;
+  const char *pz = z, *po = o;
+  int64_t i = 0, head = streaming ? head_to_line(pout, es, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pout + head * es);
+  for (; i < head; i += 16) {
+    int64_t m = head - i < 16 ? head - i : 16;
+    fwd_part_fast(dt, pout + i * es, po + i * es, pz + i * es, m);
+  }
+  i = head;
+  for (; i + 16 <= n; i += 16) fwd_step_fast(dt, pout + i * es, po + i * es, pz + i * es, nt0);
+  if (i < n) fwd_part_fast(dt, pout + i * es, po + i * es, pz + i * es, n - i);
+}
+
+static void bwd_run_bf16(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                         int64_t n, int streaming) {
+  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming);
+}
+static void bwd_run_f16(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                        int64_t n, int streaming) {
+  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming);
+}
+static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  fwd_run_fast(ZG_BF16, out, o, z, n, streaming);
+}
+static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  fwd_run_fast(ZG_F16, out, o, z, n, streaming);
+}
+
+/* float32: the accurate recipe (two passes per chunk, as bwd_avx2), outputs written straight
+ * from registers, non-temporal when streaming; inf/NaN checked per vector (a chunk cannot be
+ * redone in place: dout_scaled may already have overwritten dout). */
+static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, const void *o,
+                        int64_t n, int streaming) {
+  float *pdz = dz, *pdos = dos;
+  const float *pd = dout, *pz = z, *po = o;
+  int64_t head = streaming ? head_to_line(pdz, 4, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pdz + head);
+  int nt1 = (streaming & 2) && line_aligned(pdos + head);
+  _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
+  for (int64_t i = 0; i < n;) {
+    int64_t m = i < head ? head - i : n - i;
+    if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
+    exp_pass(e, elo, pz + i, m);
+    for (int64_t j = 0; j < m; j += 8) {
+      __m256 vdz, vdos, flag = _mm256_setzero_ps();
+      v8_bwd(v8_load_part(pd + i + j, m - j), v8_load_part(pz + i + j, m - j), v8_load_part(po + i + j, m - j),
+             _mm256_load_ps(e + j), _mm256_load_ps(elo + j), &vdz, &vdos, &flag, 1);
+      if (i >= head && m - j >= 8) {
+        if (nt0) _mm256_stream_ps(pdz + i + j, vdz);
+        else _mm256_storeu_ps(pdz + i + j, vdz);
+        if (nt1) _mm256_stream_ps(pdos + i + j, vdos);
+        else _mm256_storeu_ps(pdos + i + j, vdos);
+      } else {
+        v8_store_part(pdz + i + j, m - j, vdz);
+        v8_store_part(pdos + i + j, m - j, vdos);
+      }
+    }
+    i += m;
+  }
+}
+
+static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
+  float *pout = out;
+  const float *pz = z, *po = o;
+  int64_t head = streaming ? head_to_line(pout, 4, n) : 0;
+  int nt0 = (streaming & 1) && line_aligned(pout + head);
+  _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
+  for (int64_t i = 0; i < n;) {
+    int64_t m = i < head ? head - i : n - i;
+    if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
+    exp_pass(e, elo, pz + i, m);
+    for (int64_t j = 0; j < m; j += 8) {
+      __m256 flag = _mm256_setzero_ps();
+      __m256 v = v8_fwd(v8_load_part(po + i + j, m - j), v8_load_part(pz + i + j, m - j), _mm256_load_ps(e + j),
+                        _mm256_load_ps(elo + j), &flag, 1);
+      if (i >= head && m - j >= 8) {
+        if (nt0) _mm256_stream_ps(pout + i + j, v);
+        else _mm256_storeu_ps(pout + i + j, v);
+      } else {
+        v8_store_part(pout + i + j, m - j, v);
+      }
+    }
+    i += m;
+  }
+}
+
 /* ---- the table -------------------------------------------------------------------------- */
 
 static const zg_cpu_kernels avx2_kernels = {
@@ -385,10 +713,10 @@ static const zg_cpu_kernels avx2_kernels = {
     {store_f32, store_f16, store_bf16},
     bwd_avx2,
     fwd_avx2,
-    NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
-    NULL,
-    {NULL, NULL, NULL}, /* no fused runs: staged */
-    {NULL, NULL, NULL},
+    bwd16_avx2,
+    fwd16_avx2,
+    {bwd_run_f32, bwd_run_f16, bwd_run_bf16},
+    {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_avx2(void) { return &avx2_kernels; }

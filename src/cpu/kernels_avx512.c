@@ -123,6 +123,9 @@ __attribute__((noinline, cold)) static __m512 v16_fix_lanes(int which, __m512 v,
       vv[j] = (float)(((double)vd[j] * zd) * sd);
     else
       vv[j] = (float)(((double)vo[j] * zd) * sd);
+    /* NaN as the default quiet NaN (sign kept): the fused bfloat16 narrowing relies on a
+     * NaN's low 16 bits being zero */
+    if (isnan(vv[j])) vv[j] = signbit(vv[j]) ? -NAN : NAN;
   }
   return _mm512_loadu_ps(vv);
 }
@@ -370,9 +373,9 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
 
 /* exp(-|z|) (NaN for NaN), within ~2.2e-7 relative for normal results (simd_exp.h). */
 static inline __m512 v16_exp_fast(__m512 z) {
-  /* x = -min(|z|, 104.5) in one VRANGEPS (min of magnitudes, sign forced negative); a NaN
-   * z gives NaN. Below -104.5 exp rounds to 0 anyway. */
-  __m512 x = _mm512_range_ps(z, _mm512_set1_ps(-ZG_EXP_LO), 0x0e);
+  /* No clamp: for y = -inf (z = +-inf, or |z| > ~2.4e38 overflowing y) VREDUCEPS gives
+   * f = 0 and k = -inf, and scalef(p, -inf) = 0; huge finite y give f = 0, k = y and 0. */
+  __m512 x = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(z), _mm512_set1_epi32((int)0x80000000u)));
   __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E));
   __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* y - round(y) */
   __m512 k = _mm512_sub_ps(y, f);                                                /* round(y), exact */
@@ -384,45 +387,96 @@ static inline __m512 v16_exp_fast(__m512 z) {
   return _mm512_scalef_ps(p, k); /* p * 2^k, one rounding, subnormals included */
 }
 
-static inline void v16_sigmoid_fast(__m512 z, __m512 *s, __m512 *oms) {
+static inline __m512 v16_blend(__mmask16 m, __m512 a, __m512 b) { /* integer pipes */
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(m, _mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
+/* s, 1 - s and t = 1 + z(1 - s) by simd_exp.h's fast recipe; bf selects its bfloat16
+ * variant (no Newton step; t = (d + z w) r). A constant at every call site. */
+static inline __attribute__((always_inline)) void v16_gate_fast(int bf, __m512 z, __m512 *s,
+                                                                __m512 *oms, __m512 *t) {
   const __m512 one = _mm512_set1_ps(1.0f);
   __m512 e = v16_exp_fast(z);
   __m512 d = _mm512_add_ps(one, e);
-  __m512 r0 = _mm512_rcp14_ps(d);
-  __m512 r = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, one), r0);
+  __m512 r = _mm512_rcp14_ps(d);
+  if (!bf) r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, one), r);
   __m512 er = _mm512_mul_ps(e, r);
   __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(z));
-  *s = _mm512_mask_blend_ps(neg, r, er);
-  *oms = _mm512_mask_blend_ps(neg, er, r);
+  *s = v16_blend(neg, r, er);
+  *oms = v16_blend(neg, er, r);
+  if (bf)
+    *t = _mm512_mul_ps(_mm512_fmadd_ps(z, v16_blend(neg, e, one), d), r);
+  else
+    *t = _mm512_fmadd_ps(z, *oms, one);
 }
 
-
-/* dz = (dout*o) * (s * t), dos = (dout*z) * s: the grouping of simd_exp.h's fast recipe. */
-static inline void v16_bwd_fast_raw(__m512 dout, __m512 z, __m512 o, __m512 *dz, __m512 *dos,
-                                    __m512 *s, __m512 *oms) {
-  v16_sigmoid_fast(z, s, oms);
-  __m512 h = _mm512_mul_ps(*s, _mm512_fmadd_ps(z, *oms, _mm512_set1_ps(1.0f)));
-  *dz = _mm512_mul_ps(_mm512_mul_ps(dout, o), h);
+/* dz = (dout*o) * (s*t), dos = (dout*z) * s: the grouping of simd_exp.h's fast recipe. */
+static inline __attribute__((always_inline)) void v16_bwd_fast_raw(int bf, __m512 dout, __m512 z,
+                                                                   __m512 o, __m512 *dz, __m512 *dos,
+                                                                   __m512 *s, __m512 *oms) {
+  __m512 t;
+  v16_gate_fast(bf, z, s, oms, &t);
+  *dz = _mm512_mul_ps(_mm512_mul_ps(dout, o), _mm512_mul_ps(*s, t));
   *dos = _mm512_mul_ps(_mm512_mul_ps(dout, z), *s);
 }
 
-/* Fast dz, dos; a vector with an inf/NaN result is redone lane by lane in double (cold). */
-static inline void v16_bwd_fast(__m512 dout, __m512 z, __m512 o, __m512 *dz, __m512 *dos) {
-  __m512 s, oms, vdz, vdos;
-  v16_bwd_fast_raw(dout, z, o, &vdz, &vdos, &s, &oms);
-  if (__builtin_expect(v16_any_nonfinite(_mm512_add_ps(vdz, vdos)), 0)) {
-    vdz = v16_fix_lanes(0, vdz, dout, z, o, s, oms);
-    vdos = v16_fix_lanes(1, vdos, dout, z, o, s, oms);
+/* The fast recipe's cold path: the lanes in `lanes` get gate_math.h's float64 formula on
+ * their inputs, rounded once to float (NaN as the default quiet NaN, sign kept: the fused
+ * bfloat16 narrowing relies on a NaN's low 16 bits being zero). which: 0 bwd, 1 fwd
+ * (dout unused, *dos untouched). */
+__attribute__((noinline, cold)) static void v16_fast_fix(int which, __mmask16 lanes, __m512 dout,
+                                                         __m512 z, __m512 o, __m512 *dz, __m512 *dos) {
+  float vdz[16], vdos[16], vd[16], vz[16], vo[16];
+  _mm512_storeu_ps(vdz, *dz);
+  _mm512_storeu_ps(vdos, *dos);
+  _mm512_storeu_ps(vd, dout);
+  _mm512_storeu_ps(vz, z);
+  _mm512_storeu_ps(vo, o);
+  for (int j = 0; j < 16; j++) {
+    if (!((lanes >> j) & 1)) continue;
+    double a, b = 0;
+    if (which == 0) zg_gate_bwd_f64(vd[j], vz[j], vo[j], &a, &b);
+    else a = zg_gate_fwd_f64(vo[j], vz[j]);
+    vdz[j] = isnan(a) ? (signbit(a) ? -NAN : NAN) : (float)a;
+    vdos[j] = isnan(b) ? (signbit(b) ? -NAN : NAN) : (float)b;
   }
+  *dz = _mm512_loadu_ps(vdz);
+  if (which == 0) *dos = _mm512_loadu_ps(vdos);
+}
+
+/* Lanes the fast recipe hands to v16_fast_fix: an inf or NaN result (a float32 product can
+ * overflow where float64 does not), and with root = 1 those with |t| < 2^-6. There a float32
+ * z can sit within ~1e-8 of the root, where t's absolute error (~1e-7) exceeds t itself: the
+ * sign and size of dz would be noise, and the policy wants the reference's infinity when
+ * |dz| overflows float16 (|dout*o| > ~1e12 is enough). A bfloat16 z is never closer than
+ * 2.8e-3 to the root (|t| >= 2.7e-3, so t is within 4e-5 relative) and bfloat16 outputs
+ * cannot overflow from a finite product, so the bfloat16 runs skip the test. */
+static inline __mmask16 v16_fast_bad(int root, __m512 res, __m512 t) {
+  __mmask16 bad = _mm512_fpclass_ps_mask(res, 0x99);
+  if (root) bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(t), _mm512_set1_ps(0x1p-6f), _CMP_LT_OQ);
+  return bad;
+}
+
+/* Fast dz, dos. bf selects the bfloat16 variant (and drops the root test: bfloat16 runs). */
+static inline __attribute__((always_inline)) void v16_bwd_fast(int bf, __m512 dout, __m512 z,
+                                                               __m512 o, __m512 *dz, __m512 *dos) {
+  __m512 s, oms, t;
+  v16_gate_fast(bf, z, &s, &oms, &t);
+  __m512 vdz = _mm512_mul_ps(_mm512_mul_ps(dout, o), _mm512_mul_ps(s, t));
+  __m512 vdos = _mm512_mul_ps(_mm512_mul_ps(dout, z), s);
+  __mmask16 bad = v16_fast_bad(!bf, _mm512_add_ps(vdz, vdos), t);
+  if (__builtin_expect(bad != 0, 0)) v16_fast_fix(0, bad, dout, z, o, &vdz, &vdos);
   *dz = vdz;
   *dos = vdos;
 }
 
-static inline __m512 v16_fwd_fast(__m512 o, __m512 z) {
-  __m512 s, oms;
-  v16_sigmoid_fast(z, &s, &oms);
-  __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s);
-  if (__builtin_expect(v16_any_nonfinite(out), 0)) out = v16_fix_lanes(2, out, o, z, o, s, oms);
+/* out = (o*z)*s has no cancellation: only inf/NaN lanes go cold. */
+static inline __attribute__((always_inline)) __m512 v16_fwd_fast(int bf, __m512 o, __m512 z) {
+  __m512 s, oms, t;
+  v16_gate_fast(bf, z, &s, &oms, &t);
+  __m512 out = _mm512_mul_ps(_mm512_mul_ps(o, z), s), unused = out;
+  __mmask16 bad = v16_fast_bad(0, out, t);
+  if (__builtin_expect(bad != 0, 0)) v16_fast_fix(1, bad, o, z, o, &out, &unused);
   return out;
 }
 
@@ -432,7 +486,7 @@ static void bwd16_avx512(float *dz, float *dos, const float *dout, const float *
   for (int64_t j = 0; j < n; j += 16) {
     __mmask16 k = v16_mask(n - j);
     __m512 vdz, vdos;
-    v16_bwd_fast(_mm512_maskz_loadu_ps(k, dout + j), _mm512_maskz_loadu_ps(k, z + j),
+    v16_bwd_fast(0, _mm512_maskz_loadu_ps(k, dout + j), _mm512_maskz_loadu_ps(k, z + j),
                  _mm512_maskz_loadu_ps(k, o + j), &vdz, &vdos);
     _mm512_mask_storeu_ps(dz + j, k, vdz);
     _mm512_mask_storeu_ps(dos + j, k, vdos);
@@ -443,7 +497,7 @@ static void fwd16_avx512(float *out, const float *o, const float *z, int64_t n) 
   for (int64_t j = 0; j < n; j += 16) {
     __mmask16 k = v16_mask(n - j);
     _mm512_mask_storeu_ps(out + j, k,
-                          v16_fwd_fast(_mm512_maskz_loadu_ps(k, o + j), _mm512_maskz_loadu_ps(k, z + j)));
+                          v16_fwd_fast(0, _mm512_maskz_loadu_ps(k, o + j), _mm512_maskz_loadu_ps(k, z + j)));
   }
 }
 
@@ -530,8 +584,8 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
       __mmask32 k = v32_mask(m);
       v32f d = ld32(dt, pd + i * es, k), zz = ld32(dt, pz + i * es, k), oo = ld32(dt, po + i * es, k);
       v32f rdz, rdos;
-      v16_bwd_fast(d.a, zz.a, oo.a, &rdz.a, &rdos.a);
-      v16_bwd_fast(d.b, zz.b, oo.b, &rdz.b, &rdos.b);
+      v16_bwd_fast(dt == ZG_BF16, d.a, zz.a, oo.a, &rdz.a, &rdos.a);
+      v16_bwd_fast(dt == ZG_BF16, d.b, zz.b, oo.b, &rdz.b, &rdos.b);
       st32(dt, pdz + i * es, rdz, k, 0);
       st32(dt, pdos + i * es, rdos, k, 0);
       i += m < 32 ? m : 32;
@@ -540,8 +594,8 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
     for (; i + 32 <= n; i += 32) {
       v32f d = ld32(dt, pd + i * es, ~0u), zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u);
       v32f rdz, rdos;
-      v16_bwd_fast(d.a, zz.a, oo.a, &rdz.a, &rdos.a);
-      v16_bwd_fast(d.b, zz.b, oo.b, &rdz.b, &rdos.b);
+      v16_bwd_fast(dt == ZG_BF16, d.a, zz.a, oo.a, &rdz.a, &rdos.a);
+      v16_bwd_fast(dt == ZG_BF16, d.b, zz.b, oo.b, &rdz.b, &rdos.b);
       st32(dt, pdz + i * es, rdz, ~0u, nt0);
       st32(dt, pdos + i * es, rdos, ~0u, nt1);
     }
@@ -561,16 +615,16 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
     if (i < head || m < 32) {
       __mmask32 k = v32_mask(m);
       v32f zz = ld32(dt, pz + i * es, k), oo = ld32(dt, po + i * es, k), r;
-      r.a = v16_fwd_fast(oo.a, zz.a);
-      r.b = v16_fwd_fast(oo.b, zz.b);
+      r.a = v16_fwd_fast(dt == ZG_BF16, oo.a, zz.a);
+      r.b = v16_fwd_fast(dt == ZG_BF16, oo.b, zz.b);
       st32(dt, pout + i * es, r, k, 0);
       i += m < 32 ? m : 32;
       continue;
     }
     for (; i + 32 <= n; i += 32) {
       v32f zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u), r;
-      r.a = v16_fwd_fast(oo.a, zz.a);
-      r.b = v16_fwd_fast(oo.b, zz.b);
+      r.a = v16_fwd_fast(dt == ZG_BF16, oo.a, zz.a);
+      r.b = v16_fwd_fast(dt == ZG_BF16, oo.b, zz.b);
       st32(dt, pout + i * es, r, ~0u, nt0);
     }
   }
@@ -685,8 +739,8 @@ static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *
     ld32_eo(pd + i, &de, &dd);
     ld32_eo(pz + i, &ze, &zd);
     ld32_eo(po + i, &oe, &od);
-    v16_bwd_fast_raw(de, ze, oe, &dze, &dose, &s, &oms);
-    v16_bwd_fast_raw(dd, zd, od, &dzo, &doso, &s, &oms);
+    v16_bwd_fast_raw(1, de, ze, oe, &dze, &dose, &s, &oms);
+    v16_bwd_fast_raw(1, dd, zd, od, &dzo, &doso, &s, &oms);
     if (__builtin_expect((v16_not_normal_or_zero(dze) | v16_not_normal_or_zero(dose) |
                           v16_not_normal_or_zero(dzo) | v16_not_normal_or_zero(doso)) != 0, 0)) {
       bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, 32, 0);

@@ -108,8 +108,18 @@
  *   clause alone, before the half ulp of the type that the policy adds.
  * Subnormal s (z < -87): s is off by at most ~2^-149 absolute, so dz by |dout*o| |t| 2^-149
  *   and dos by |dout*z| 2^-149: a quarter of the absolute allowance A of the policy.
- * Measured: tests/simd/test_simd_exp.c (fast recipe vs float64) and the policy checks of
- *   test_accuracy / test_special / `zgate check` (bound_ratio in docs/perf-notes.md). */
+ * bfloat16 variant (fused runs whose outputs are bfloat16; bfloat16 keeps 8 bits, so 2^-9
+ *   relative is the whole budget): AVX-512 drops the Newton step, r = rcp14(d) (|error| <=
+ *   2^-14; AVX2's estimate, 1.5 * 2^-12, would leave too little margin, so AVX2 keeps the
+ *   step and the variant is AVX-512's only), and t = (d + z w) r with w = 1 for z < 0, w = E for z >= 0
+ *   (= (1 + E + z(1-s)(1+E)) / (1+E), the same value): at the root d + z is exact (Sterbenz,
+ *   d ~ -z ~ 1.28), so t's absolute error there is r (d's rounding + E's error) ~ 0.78 *
+ *   9e-8, a seventh of the float32 clause, while r's own error only scales t (relative).
+ *   Everywhere dz, dos and out are within ~3 * 2^-14 relative, a 20th of the half ulp of
+ *   bfloat16 (2^-9) that covers it.
+ * Measured: tests/simd/test_simd_fast.c (both forms vs the policy oracle, and dz's float32
+ *   value near the root) and the policy checks of test_accuracy / test_special / `zgate
+ *   check` (bound_ratio in docs/perf-notes.md). */
 /* 2^f on [-1/2, 1/2]: 1 + f(G1 + f(G2 + f(G3 + f(G4 + f G5)))), our fit as above,
  * |p/2^f - 1| <= 1.07e-7 with the float coefficients (AVX-512's VREDUCEPS form). */
 #define ZG_EXP2_G1 0x1.62e42ap-1f
