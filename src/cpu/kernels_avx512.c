@@ -57,26 +57,14 @@ static inline __m512 v16_exp_core(__m512 x, __m512 k, __m512 *plo) {
 static inline __m512 v16_exp_neg(__m512 x, __m512 *elo) {
   const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
   __m512 plo;
-  if (_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ) == 0) {
-    __m512 j = _mm512_fmadd_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E), shifter);
-    __m512 p = v16_exp_core(x, _mm512_sub_ps(j, shifter), &plo);
-    __m512 sc = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(j), _mm512_set1_epi32(127)), 23));
-    *elo = _mm512_mul_ps(plo, sc);
-    return _mm512_mul_ps(p, sc);
-  }
   /* max(lo, x) returns its second operand when either is NaN: NaN passes through */
   x = _mm512_max_ps(_mm512_set1_ps(ZG_EXP_LO), x);
-  __m512 j = _mm512_fmadd_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E), shifter);
-  __m512 p = v16_exp_core(x, _mm512_sub_ps(j, shifter), &plo);
-  __m512i k = _mm512_sub_epi32(_mm512_castps_si512(j), _mm512_castps_si512(shifter));
-  __m512i k1 = _mm512_srai_epi32(k, 1); /* floor(k / 2) */
-  __m512i k2 = _mm512_sub_epi32(k, k1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  __m512 sc1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
-  __m512 sc2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
-  *elo = _mm512_mul_ps(_mm512_mul_ps(plo, sc1), sc2);
-  return _mm512_mul_ps(_mm512_mul_ps(p, sc1), sc2);
+  __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E), shifter), shifter);
+  __m512 p = v16_exp_core(x, k, &plo);
+  /* scalef: p * 2^k rounded once, subnormal results included (the bits of avx2's one or
+   * two multiplies) */
+  *elo = _mm512_scalef_ps(plo, k);
+  return _mm512_scalef_ps(p, k);
 }
 
 /* s and oms = 1 - s from e + elo = exp(-|z|), each rounded once (simd_exp.h). */
@@ -84,11 +72,10 @@ static inline void v16_sigmoid_pair(__m512 z, __m512 e, __m512 elo, __m512 *s, _
   const __m512 one = _mm512_set1_ps(1.0f);
   __m512 d = _mm512_add_ps(one, e);
   __m512 dlo = _mm512_add_ps(_mm512_sub_ps(e, _mm512_sub_ps(d, one)), elo);
-  /* rcp14 + one Newton step: r within ~0.5 ulp + 2^-28 of 1/d; res below measures r's
-   * error exactly (fma residuals), so R and ER do not depend on r being correctly rounded.
-   * Zen 4 issues a 512-bit divide every ~5 cycles; these are three cheap ops. */
-  __m512 r0 = _mm512_rcp14_ps(d);
-  __m512 r = _mm512_fmadd_ps(r0, _mm512_fnmadd_ps(d, r0, one), r0);
+  /* rcp14 alone (within 2^-14 of 1/d): res below is r's error, computed by fmas with one
+   * rounding of a value below 2^-13, so r(1 + res) misses 1/(1+E) by about res^2 <= 2^-28
+   * (0.06 ulp) before its own rounding. A 512-bit divide costs Zen 4 ~5 cycles of issue. */
+  __m512 r = _mm512_rcp14_ps(d);
   __m512 res = _mm512_fnmadd_ps(r, dlo, _mm512_fnmadd_ps(r, d, one));
   __m512 er = _mm512_mul_ps(e, r);
   __m512 erlo = _mm512_fmadd_ps(elo, r, _mm512_fmsub_ps(e, r, er));
