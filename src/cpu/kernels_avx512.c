@@ -694,22 +694,23 @@ static void bwd_run_bf16(void *dz, void *dos, const void *dout, const void *z, c
  * (its integer rounding is exact for all inputs). Both compute the same floats, so the
  * result is the same bits either way. Widening here splits each 32-bit pair: even elements
  * by a shift, odd ones by a mask, and the narrowed halves are interleaved back by VPERMW. */
-#pragma GCC push_options
-#pragma GCC target("avx512bf16")
+/* a function attribute, not #pragma GCC target: clang (the sanitizer build) ignores the pragma */
+#define ZG_TARGET_BF16 __attribute__((target("avx512bf16")))
+
 static inline void ld32_eo(const void *p, __m512 *even, __m512 *odd) {
   __m512i w = _mm512_loadu_si512(p);
   *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static inline __m512i v32_bf16_interleave(__m512 even, __m512 odd, __m512i idx) {
+ZG_TARGET_BF16 static inline __m512i v32_bf16_interleave(__m512 even, __m512 odd, __m512i idx) {
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
 }
 
 /* NaN, +-inf, subnormal (fpclass categories 0x01, 0x08, 0x10, 0x20, 0x80) */
 static inline __mmask16 v16_not_normal_or_zero(__m512 v) { return _mm512_fpclass_ps_mask(v, 0xb9); }
 
-static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *z, const void *o,
+ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *z, const void *o,
                              int64_t n, int streaming) {
   uint16_t *pdz = dz, *pdos = dos;
   const uint16_t *pd = dout, *pz = z, *po = o;
@@ -741,7 +742,7 @@ static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *
   }
   if (i < n) bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, n - i, 0);
 }
-#pragma GCC pop_options
+#undef ZG_TARGET_BF16
 static void bwd_run_f16(void *dz, void *dos, const void *dout, const void *z, const void *o,
                         int64_t n, int streaming) {
   bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming);

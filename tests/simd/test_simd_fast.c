@@ -273,8 +273,8 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
     const int64_t es = t == ZG_F32 ? 4 : 2, pad = 64;
     for (int rep = 0; rep < 20; rep++) {
       /* buffers 64-byte aligned plus a random offset, so heads and streaming both occur */
-      char *in = aligned_alloc(64, 3 * (RN + pad) * es), *ref = aligned_alloc(64, 3 * (RN + pad) * es);
-      char *got = aligned_alloc(64, 3 * (RN + pad) * es);
+      const size_t bytes = (size_t)(3 * (RN + pad) * es + 63) & ~(size_t)63; /* C11: a multiple */
+      char *in = aligned_alloc(64, bytes), *ref = aligned_alloc(64, bytes), *got = aligned_alloc(64, bytes);
       assert_non_null(got);
       int64_t off = (int64_t)(next_u64() % 40);
       char *d = in + off * es, *zz = in + (RN + pad + off) * es, *oo = in + (2 * (RN + pad) + off) * es;
