@@ -1,8 +1,11 @@
 /* The AVX2 + FMA + F16C path: 8 floats per register.
  * Built with -mavx2 -mfma -mf16c (src/CMakeLists.txt); only zg_cpu_kernels_avx2 is visible.
  * Every element of the math goes through the same vector code (tails use masked loads and
- * stores), so a result never depends on where a block starts or ends: any thread count
- * gives the same bits. The exp and sigmoid recipe is documented in simd_exp.h. */
+ * stores, or a small buffer in the fused runs), so a result never depends on where a block
+ * starts or ends: any thread count gives the same bits. Both recipes are documented in
+ * simd_exp.h: the accurate one for float32 outputs (bwd, fwd, the float32 fused runs; NEON
+ * gives the same bits), the cheap one when every output is 16-bit (bwd16, fwd16 and the
+ * float16/bfloat16 fused runs). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>

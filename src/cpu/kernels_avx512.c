@@ -358,18 +358,26 @@ static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, i
 
 /* ---- the fast recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ---- */
 
-/* exp(-|z|) (NaN for NaN), within ~2.2e-7 relative for normal results (simd_exp.h). */
-static inline __m512 v16_exp_fast(__m512 z) {
+/* exp(-|z|) (NaN for NaN), within ~2.2e-7 relative for normal results (simd_exp.h); with
+ * deg4, the bfloat16 variant's degree-4 polynomial (2.9e-6). */
+static inline __attribute__((always_inline)) __m512 v16_exp_fast(__m512 z, int deg4) {
   /* No clamp: for y = -inf (z = +-inf, or |z| > ~2.4e38 overflowing y) VREDUCEPS gives
    * f = 0 and k = -inf, and scalef(p, -inf) = 0; huge finite y give f = 0, k = y and 0. */
   __m512 x = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(z), _mm512_set1_epi32((int)0x80000000u)));
   __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(ZG_EXP_LOG2E));
   __m512 f = _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* y - round(y) */
   __m512 k = _mm512_sub_ps(y, f);                                                /* round(y), exact */
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP2_G5), f, _mm512_set1_ps(ZG_EXP2_G4));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G3));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G2));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G1));
+  __m512 p;
+  if (deg4) {
+    p = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP2_H4), f, _mm512_set1_ps(ZG_EXP2_H3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_H2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_H1));
+  } else {
+    p = _mm512_fmadd_ps(_mm512_set1_ps(ZG_EXP2_G5), f, _mm512_set1_ps(ZG_EXP2_G4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ZG_EXP2_G1));
+  }
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, k); /* p * 2^k, one rounding, subnormals included */
 }
@@ -383,7 +391,7 @@ static inline __m512 v16_blend(__mmask16 m, __m512 a, __m512 b) { /* integer pip
 static inline __attribute__((always_inline)) void v16_gate_fast(int bf, __m512 z, __m512 *s,
                                                                 __m512 *oms, __m512 *t) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  __m512 e = v16_exp_fast(z);
+  __m512 e = v16_exp_fast(z, bf);
   __m512 d = _mm512_add_ps(one, e);
   __m512 r = _mm512_rcp14_ps(d);
   if (!bf) r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, one), r);

@@ -75,48 +75,59 @@
  * float32 bound of the scale (4 ulp_f32(scale)); the rounding to the type then adds at most
  * the other half ulp. That is ~1000x looser than the float32 bar away from the root, so:
  *
- *   E  = exp(-|z|) by steps 1-3 above without c (x = max(-|z|, ZG_EXP_LO), k by the
- *        shifter, r = x - k ln2 in two fmas), p = 1 + r(F1 + r(F2 + r(F3 + r(F4 + r F5))))
- *        by Horner (5 fmas; our own fit, weighted least squares on the relative error at
- *        Chebyshev nodes of [-ln2/2, ln2/2]: |p/exp(r) - 1| <= 9.3e-8 with the float
- *        coefficients), then 2^k (AVX-512: scalef, one rounding also for subnormal
- *        results; AVX2: the two-multiply scale of step 5).  |E/exp(-|z|) - 1| <= 9.3e-8 +
- *        rounding of p (2^-24) + r's Cody-Waite rounding (|k ln2lo| rounding, <= 2^-26 of r)
- *        < 1.7e-7 for normal E; subnormal E (z < -87) adds <= 2^-150 absolute.
- *   d  = 1 + E; r = 1/d by a reciprocal estimate and one Newton step (AVX-512 rcp14:
- *        2^-14 -> ~2^-28 before rounding; AVX2 rcp: 1.5*2^-12 -> ~2^-23.2, so AVX2 takes
- *        two steps); er = E * r.
- *        rel. error: r <= 2^-24 (d) + E/(1+E) * 1.7e-7 + 2^-24 (r) + 2^-28 <= 2.1e-7,
- *        er <= 1.7e-7 + 2.1e-7 + 2^-24 <= 4.4e-7.
+ *   E  = exp(-|z|), within ~2.2e-7 relative where |z| < ~20 (the root included):
+ *        AVX2: steps 1-3 above without c (x = max(-|z|, ZG_EXP_LO), k by the shifter,
+ *        r = x - k ln2 in two fmas), p = 1 + r(F1 + r(F2 + r(F3 + r(F4 + r F5)))) by Horner
+ *        (our fit: weighted least squares on the relative error at Chebyshev nodes of
+ *        [-ln2/2, ln2/2], |p/exp(r) - 1| <= 9.3e-8 with the float coefficients), then 2^k
+ *        as in step 5. Error <= 9.3e-8 + 2^-24 (p) + r's rounding < 1.7e-7.
+ *        AVX-512: y = -|z| log2(e) (rounded: ulp(y)/2 ln2 relative, 4e-8 at the root, 5e-6 at
+ *        |z| = 100 where 2^-9 is all that is needed), f = y - round(y) by VREDUCEPS (exact),
+ *        p = 1 + f(G1 + ... f G5) (|p/2^f - 1| <= 1.07e-7), E = scalef(p, round(y)): one
+ *        rounding, subnormal results too; y = -inf (|z| = inf) gives f = 0 and E = 0.
+ *        Subnormal E (z < -87) adds <= 2^-150 absolute.
+ *   d  = 1 + E; r = 1/d: AVX-512 rcp14 (2^-14) and one Newton step (~2^-28 before
+ *        rounding); AVX2 a division (correctly rounded: 1/2 exactly at z = 0, where
+ *        test_special wants dz = dout*o*s exact). er = E * r.
+ *        rel. error: r <= 2^-24 (d) + E/(1+E) * 2.2e-7 + 2^-24 + 2^-28 <= 2.3e-7,
+ *        er <= 2.2e-7 + 2.3e-7 + 2^-24 <= 5.1e-7.
  *   z >= 0: s = r, 1-s = er;  z < 0 (sign bit): s = er, 1-s = r   (no cancellation)
- *   t  = fma(z, 1-s, 1);  h = s * t
- *   dz = (dout*o) * h;  dos = (dout*z) * s;  out = (o*z) * s
+ *   t  AVX-512: fma(z, 1-s, 1).  AVX2 and the bfloat16 variant below: (d + z w) r with
+ *        w = 1 for z < 0 and w = E for z >= 0 (the same value, (1 + E + z(1-s)(1+E))/(1+E));
+ *        at the root d + z is exact (Sterbenz), so only d's rounding and E's error reach t
+ *        in absolute terms and r's error only scales it.
+ *   dz = (dout*o) * (s*t);  dos = (dout*z) * s;  out = (o*z) * s
  *        The products of two inputs come first: if one underflows, the result is at most
- *        ~1.1x it (|h| <= 1.1, s <= 1), so its absolute error (<= 2^-150) stays inside the
+ *        ~1.1x it (|s t| <= 1.1, s <= 1), so its absolute error (<= 2^-150) stays inside the
  *        policy's floor (ulp_f32 of the scale is at least 2^-149). dout*(z*s) would not be
- *        safe: z*s for a subnormal z loses z's low bits and dout may be huge.
- *        Overflow: dout*o can overflow where float64 does not (dout = o = 1e30, z = -90):
- *        as in the accurate recipe, every vector whose dz + dos is inf or NaN is redone in
- *        double from the same s and 1-s, lane by lane, in a cold function (no grouping of
- *        three float32 factors avoids every such overflow).
- * Error away from the root: s, 1-s, t, h each <= ~7e-7 relative, so dz and dos are within
- *   ~1.2e-6 relative: 2^-9 / 1.2e-6 ~ 1600x inside for bfloat16, 200x for float16.
- * At the root (z < 0 there, so 1-s = r): t's absolute error is |z|(1-s) * 2.1e-7 * (the
- *   E/(1+E) ~ 0.22 weight of E's error, plus d's and r's roundings) ~ 1.6e-7 plus half an ulp
- *   of t, so dz is off by ~1.6e-7 |dout*o| s, against 4 ulp_f32(scale) >= 4 * 2^-24 * 2 s
- *   |dout*o| = 4.8e-7 s |dout*o| (1 + |z|(1-s) = 2 there): about a third of the float32
- *   clause alone, before the half ulp of the type that the policy adds.
+ *        safe (z*s for a subnormal z loses z's low bits and dout may be huge), nor would
+ *        (dout*s)*o*t (dout*s underflows, then o multiplies its error: perf-notes 24).
+ *   Cold lanes: a vector with an inf or NaN in dz + dos (or out) sends those lanes to
+ *        gate_math.h's float64 formula on their inputs (dout*o can overflow where float64
+ *        does not; no grouping of three float32 factors avoids every such overflow), and
+ *        so do lanes with |t| < 2^-6, except in fused bfloat16 runs: a float32 z can sit
+ *        ~1e-8 from the root, where t itself is smaller than its error (~1e-7) and dz's sign
+ *        and size are noise, while the policy wants the reference's float16 infinity once
+ *        |dout*o| passes ~1e12 (test_special: o = 1e18). A bfloat16 z is at least 2.8e-3
+ *        from the root (|t| >= 2.7e-3, t within 4e-5 relative) and a bfloat16 output cannot
+ *        overflow from finite float32 products, so those runs skip the test.
+ * Error away from the root: s, 1-s, t each <= ~5e-7 relative, so dz and dos are within
+ *   ~1.5e-6 relative: 2^-9 / 1.5e-6 ~ 1300x inside for bfloat16, 160x for float16.
+ * At the root (z < 0 there, so 1-s = r; lanes with |t| >= 2^-6 only, the rest are float64):
+ *   t's absolute error is at most ~|z|(1-s) * 2.3e-7 ~ 2.3e-7 (AVX-512 fma form) or
+ *   0.78 * 1.3e-7 (the (d + z w) r form), so dz is off by at most ~2.3e-7 |dout*o| s,
+ *   against 4 ulp_f32(scale) >= 4 * 2^-24 * 2 s |dout*o| = 4.8e-7 s |dout*o| (1 + |z|(1-s) =
+ *   2 there): half the float32 clause alone, before the half ulp of the type.
  * Subnormal s (z < -87): s is off by at most ~2^-149 absolute, so dz by |dout*o| |t| 2^-149
  *   and dos by |dout*z| 2^-149: a quarter of the absolute allowance A of the policy.
- * bfloat16 variant (fused runs whose outputs are bfloat16; bfloat16 keeps 8 bits, so 2^-9
- *   relative is the whole budget): AVX-512 drops the Newton step, r = rcp14(d) (|error| <=
- *   2^-14; AVX2's estimate, 1.5 * 2^-12, would leave too little margin, so AVX2 keeps the
- *   step and the variant is AVX-512's only), and t = (d + z w) r with w = 1 for z < 0, w = E for z >= 0
- *   (= (1 + E + z(1-s)(1+E)) / (1+E), the same value): at the root d + z is exact (Sterbenz,
- *   d ~ -z ~ 1.28), so t's absolute error there is r (d's rounding + E's error) ~ 0.78 *
- *   9e-8, a seventh of the float32 clause, while r's own error only scales t (relative).
- *   Everywhere dz, dos and out are within ~3 * 2^-14 relative, a 20th of the half ulp of
- *   bfloat16 (2^-9) that covers it.
+ * bfloat16 variant (AVX-512's fused bfloat16 runs, so z is a bfloat16 too; bfloat16 keeps 8
+ *   bits, so 2^-9 relative is the whole budget): the exp's polynomial of degree 4 (H1..H4,
+ *   |p/2^f - 1| <= 2.9e-6), no Newton step, r = rcp14(d) (|error| <= 2^-14), and the
+ *   (d + z w) r form of t, whose absolute error is then ~0.78 * (0.28 * 3e-6 + 2^-24) ~ 7e-7.
+ *   A bfloat16 z is at least 2.8e-3 from the root, where |t| >= 2.7e-3: t stays within
+ *   2.5e-4 relative, and rcp14's error only scales it. Everywhere dz, dos and out are within
+ *   ~3.5e-4 = 2^-11.5 relative, under a fifth of the half ulp of bfloat16. (With a float32 z
+ *   this variant would not do: t can be ~1e-8.)
  * Measured: tests/simd/test_simd_fast.c (both forms vs the policy oracle, and dz's float32
  *   value near the root) and the policy checks of test_accuracy / test_special / `zgate
  *   check` (bound_ratio in docs/perf-notes.md). */
@@ -127,6 +138,11 @@
 #define ZG_EXP2_G3 0x1.c6b75ap-5f
 #define ZG_EXP2_G4 0x1.3ceb6cp-7f
 #define ZG_EXP2_G5 0x1.5bb92ap-10f
+/* Degree 4, the bfloat16 variant's (bfloat16 z only): |p/2^f - 1| <= 2.9e-6. */
+#define ZG_EXP2_H1 0x1.62e12ap-1f
+#define ZG_EXP2_H2 0x1.ec0380p-3f
+#define ZG_EXP2_H3 0x1.c9fdeep-5f
+#define ZG_EXP2_H4 0x1.3a022ap-7f
 #define ZG_EXP_F1 0x1.fffff6p-1f
 #define ZG_EXP_F2 0x1.fffdc0p-2f
 #define ZG_EXP_F3 0x1.555a76p-3f
