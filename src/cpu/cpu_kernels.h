@@ -1,8 +1,10 @@
 /* What each CPU instruction-set path provides. The loop driver (cpu_loop.c) splits a
  * problem into chunks of contiguous-or-strided runs and, per block of at most
  * ZG_CPU_BLOCK elements, widens the inputs to float, runs the float kernel and narrows the
- * results into the outputs. One table per ISA, each built in its own translation unit with
- * its own flags; dispatch (cpu_dispatch.c) picks one. */
+ * results into the outputs; where the path has a fused run kernel for the problem's one
+ * dtype and rows are contiguous, it hands whole row pieces to that instead. One table per
+ * ISA, each built in its own translation unit with its own flags; dispatch
+ * (cpu_dispatch.c) picks one. */
 #ifndef ZGATE_CPU_KERNELS_H
 #define ZGATE_CPU_KERNELS_H
 
