@@ -6,9 +6,9 @@
  * fatbin, which the CUDA runtime registers as its own module, and with lazy loading (the
  * default, CUDA_MODULE_LOADING=LAZY) a module is only loaded when one of its kernels is
  * first used, and then as a whole (loading one kernel of it loads them all). A first call in
- * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62: 0.2-0.3 ms
- * instead of 1.4-1.7 ms after the context exists, 0.45-0.56 ms instead of 1.4-1.6 ms in a
- * PyTorch process (H200, docs/perf-notes.md, CUDA v5). */
+ * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62: 0.15-0.32 ms
+ * instead of 1.4-1.7 ms after the context exists, 0.33-0.56 ms instead of 1.4-1.6 ms in a
+ * PyTorch process (H200, docs/perf-notes.md, CUDA v5, runs 6 and 7). */
 #ifndef ZGATE_CUDA_KERNELS_H
 #define ZGATE_CUDA_KERNELS_H
 
