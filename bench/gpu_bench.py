@@ -185,6 +185,12 @@ def make_inputs(shape, dtype, layout, slack):
     return dout, z, o, proj
 
 
+def ulp_err(got, ref, scale):
+    """Float32 outputs: max |got - ref| in float32 ulps of the policy's scale (bound 4)."""
+    ulp = torch.exp2(torch.floor(torch.log2(scale.clamp_min(2.0 ** -126))) - 23)
+    return ((got.double() - ref).abs() / ulp).max().item()
+
+
 def rel_err(got, ref):
     ref = ref.double()
     return ((got.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
@@ -401,6 +407,10 @@ def main():
         s = torch.sigmoid(zd)
         ref_dz = dd * od * s * (1 + zd * (1 - s))
         ref_dos = dd * s * zd
+        scale_dz = scale_dos = None
+        if dtype == torch.float32:  # the policy's scales (check/zgate_check.h)
+            scale_dz = (dd * od).abs() * s * (1 + zd.abs() * (1 - s))
+            scale_dos = (dd * zd).abs() * s
         del zd, od, dd, s
         row = {"shape": list(shape), "dtype": dname, "layout": layout, "numel": numel,
                "bytes": nbytes}
@@ -447,6 +457,8 @@ def main():
             else:
                 got_dz, got_dos = res["out"]
             row[impl + "_err"] = max(rel_err(got_dz, ref_dz), rel_err(got_dos, ref_dos))
+            if scale_dz is not None:
+                row[impl + "_ulps"] = max(ulp_err(got_dz, ref_dz, scale_dz), ulp_err(got_dos, ref_dos, scale_dos))
             if impl == "zgate" and pkg is not None and not args.quick:
                 try:
                     pf = lambda: pkg.bwd(dout, z, o, dz=dz, dout_scaled=dos)  # noqa: E731
@@ -468,11 +480,13 @@ def main():
         for impl in impls:
             line += " | %s %7.1f us %5.1f%% (%5.1f%%)" % (impl, row[impl + "_ms"] * 1e3, 100 * row[impl + "_frac"],
                                                       100 * row[impl + "_frac_same"])
+            if impl + "_ulps" in row:
+                line += " %.2f ulp" % row[impl + "_ulps"]
         if args.clean_flush:
             line += " | clean L2: copy %.1f us" % (row["copy_same_clean_ms"] * 1e3) + "".join(
                 " %s %.1f us" % (i, row[i + "_clean_ms"] * 1e3) for i in impls if i + "_clean_ms" in row)
         print(line, flush=True)
-        del dout, z, o, proj, ref_dz, ref_dos
+        del dout, z, o, proj, ref_dz, ref_dos, scale_dz, scale_dos
         torch.cuda.empty_cache()
 
     # ---- summary ----
@@ -497,6 +511,10 @@ def main():
               "max error %.1e" % (name, 100 * math.exp(statistics.fmean(math.log(x) for x in fr)),
                                   100 * math.exp(statistics.fmean(math.log(x) for x in fs)), 100 * min(fr),
                                   100 * max(fr), max(r[name + "_err"] for r in rows)))
+    for impl in impls:
+        u = [r[impl + "_ulps"] for r in rows if impl + "_ulps" in r]
+        if u:
+            print("%s, float32 rows: worst error %.2f ulp of the policy's scale (bound 4)" % (impl, max(u)))
     big = [r for r in rows if r["bytes"] >= 256e6]
     for impl in impls:
         if not big or impl not in ("zgate", "compile") and impl not in variants:

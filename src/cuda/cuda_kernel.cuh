@@ -120,9 +120,14 @@ __device__ __forceinline__ void load_item(const Args &a, Item<OP, V> &it) {
 
 /* Float32 outputs take the accurate math, 16-bit outputs the fast one (cuda_gate_math.cuh);
  * for mixed dtypes the choice is a uniform run-time branch (Args.accurate). */
+/* ZG_CUDA_F32_FAST = 1 (a benchmark-only variant, never shipped: it breaks the float32
+ * bound) gives float32 the fast math too, to measure what the accuracy costs in time. */
+#ifndef ZG_CUDA_F32_FAST
+#define ZG_CUDA_F32_FAST 0
+#endif
 template <int OP, int KIND>
 __device__ __forceinline__ bool accurate(const Args &a) {
-  if constexpr (KIND == DT_F32) return true;
+  if constexpr (KIND == DT_F32) return !ZG_CUDA_F32_FAST;
   if constexpr (KIND == DT_F16 || KIND == DT_BF16) return false;
   return a.accurate != 0;
 }
