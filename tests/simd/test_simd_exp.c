@@ -12,7 +12,6 @@
  *   - every float16 / bfloat16 bit pattern loads as gate_math.h says; stores round as
  *     gate_math.h does, streaming or not, at odd offsets, and never write past the end.
  * A CPU (or OS) without the path exits 77: ctest shows the test as skipped. */
-#include <cpuid.h>
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -23,6 +22,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "simd_test_support.h"
 
 #ifdef ZG_TEST_AVX512
 #include "cpu/kernels_avx512.c"
@@ -52,31 +53,6 @@ static void vsig(vf z, vf *s, vf *oms) {
 static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx2(); }
 #endif
 
-/* CPUID and XGETBV: the instructions and the OS's saving of their registers. */
-static int cpu_can_run(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  if (!((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 12) & 1) || !((c >> 29) & 1)) return 0;
-  unsigned xlo, xhi;
-  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 6u) != 6u) return 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-  if (!((b >> 5) & 1)) return 0;
-#ifdef ZG_TEST_AVX512
-  if (!((b >> 16) & 1) || !((b >> 17) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1)) return 0;
-  if ((xlo & 0xe6u) != 0xe6u) return 0;
-#endif
-  return 1;
-}
-
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static uint64_t next_u64(void) {
-  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
 
 /* ulp of the float binade of |v| (2^-149 below the normal range) */
 static double ulp_of(double v) {
@@ -332,6 +308,7 @@ static void test_stores(void **state) {
 }
 
 int main(void) {
+  rng = 0x243F6A8885A308D3ull;
   if (!cpu_can_run()) {
     printf("SKIP: this CPU/OS cannot run the %s path\n", isa_name);
     return 77;

@@ -11,7 +11,6 @@
  *     the run is split into, streaming or not, in place or not, special values included;
  *   - avx512: the AVX512_BF16 bfloat16 run equals the integer-rounding one bit for bit.
  * A CPU (or OS) without the path exits 77. */
-#include <cpuid.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +20,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "simd_test_support.h"
 
 #include "zgate_check.h"
 
@@ -53,30 +54,6 @@ static void vmstore(VMASK k, float *p, vf v) { v8_store_part(p, k, v); }
 #define BF16_OWN_RECIPE 1 /* fused bfloat16 runs skip the root test that bwd16 does */
 #endif
 
-static int cpu_can_run(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  if (!((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 12) & 1) || !((c >> 29) & 1)) return 0;
-  unsigned xlo, xhi;
-  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 6u) != 6u) return 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-  if (!((b >> 5) & 1)) return 0;
-#ifdef ZG_TEST_AVX512
-  if (!((b >> 16) & 1) || !((b >> 17) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1)) return 0;
-  if ((xlo & 0xe6u) != 0xe6u) return 0;
-#endif
-  return 1;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t next_u64(void) {
-  uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1p-53; }
 
 enum { NN = 1 << 20 };
 
@@ -367,6 +344,7 @@ static void test_fused_runs(void **state) {
 }
 
 int main(void) {
+  rng = 0x9E3779B97F4A7C15ull;
   if (!cpu_can_run()) {
     printf("SKIP: this CPU/OS cannot run the %s path\n", isa_name);
     return 77;
