@@ -6,7 +6,7 @@
 #                                 STAGES may add "big" (the >2^31 tests alone) and "inductor"
 #                                 (torch.compile's generated code for two shapes, for reading)
 #   STAGES="build ctest" scripts/gpu-run.sh     a subset
-#   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_backend.cu's
+#   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_kernels.h's
 #                                 ZG_CUDA_* macros), each a full build in build/var<i>; the
 #                                 variants stage times them side by side in one process
 #                                 (zgate only, shapes moving >= 336 MB) and the remaining

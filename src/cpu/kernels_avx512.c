@@ -1,9 +1,9 @@
 /* The AVX-512 path (F, BW, DQ, VL, plus FMA and F16C): 16 floats per register.
  * Built with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c (src/CMakeLists.txt);
  * only zg_cpu_kernels_avx512 is visible. The accurate recipe (float32 outputs) follows
- * simd_exp.h as kernels_avx2.c does, except that 1/(1+e) starts from rcp14 + one Newton step
- * instead of a division (the fma residuals after it absorb the difference in accuracy, not
- * in bits): avx2 and avx512 results are no longer bit-identical, each meets the bound on
+ * simd_exp.h as kernels_avx2.c does, except that 1/(1+e) starts from rcp14 instead of a
+ * division (the fma residual that follows refines it: the same accuracy, not the same bits)
+ * and 2^k is applied by scalef: avx2 and avx512 results are no longer bit-identical, each meets the bound on
  * its own. Problems whose outputs are all 16-bit use simd_exp.h's cheap recipe (bwd16 /
  * fwd16), and problems whose five (three) tensors share a dtype and rows run fused
  * (cpu_kernels.h, cpu_loop.c step 4). Every element goes through the same vector code
@@ -52,8 +52,8 @@ static inline __m512 v16_exp_core(__m512 x, __m512 k, __m512 *plo) {
   return p;
 }
 
-/* e + elo = exp(x) for x <= 0 or NaN (simd_exp.h; e alone max 0.69 ulp). Vectors whose
- * results are all normal take one scale; others split 2^k in two. */
+/* e + elo = exp(x) for x <= 0 or NaN (simd_exp.h; e alone max 0.69 ulp). 2^k by scalef,
+ * one rounding for normal and subnormal results alike. */
 static inline __m512 v16_exp_neg(__m512 x, __m512 *elo) {
   const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
   __m512 plo;

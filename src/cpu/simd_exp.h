@@ -25,8 +25,8 @@
  *   ZGATE_TEST_EXHAUSTIVE=1 in its environment checks every float.)
  *
  * The sigmoid and gate built on it (avx2 and NEON use the same operations in the same order
- * and give the same bits; avx512 gets r from rcp14 + one Newton step instead of a division,
- * so its bits may differ, within the same bound). Every step below exists because float32
+ * and give the same bits; avx512 gets r from rcp14 instead of a division, refined by the
+ * res step below, so its bits may differ, within the same bound). Every step below exists because float32
  * arithmetic that rounds each product separately was measured at up to 4.5 ulp of the
  * scale for dz (the bar is 4); with them: dz 2.75, dout_scaled 1.91, out 1.98 ulp of scale
  * (4M random points over z in [-120, 120] and near the root, docs/perf-notes.md).
