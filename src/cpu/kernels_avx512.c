@@ -304,56 +304,50 @@ static void store_f32(void *dst, const float *src, int64_t n, int64_t stride, in
   }
 }
 
-static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
-  uint16_t *d = (uint16_t *)dst;
+/* Contiguous 16-bit stores, `bf` picking the narrowing (a constant at both call sites):
+ * a masked head up to a cache line, then whole lines by non-temporal stores when
+ * streaming, then masked 16-element pieces. */
+static inline __attribute__((always_inline)) __m256i v16_to_16(int bf, __m512 x) {
+  return bf ? v16_to_bf16(x) : v16_to_f16(x);
+}
+static inline __attribute__((always_inline)) void store_16_dense(int bf, uint16_t *d, const float *src,
+                                                                 int64_t n, int streaming) {
   int64_t i = 0;
-  if (stride != 1) {
-    for (; i < n; i++) d[i * stride] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-    return;
-  }
   if (streaming) {
     int64_t h = head_to_line(d, 2, n);
     for (; i < h; i += 16) {
       __mmask16 k = v16_mask(h - i);
-      _mm256_mask_storeu_epi16(d + i, k, v16_to_f16(_mm512_maskz_loadu_ps(k, src + i)));
+      _mm256_mask_storeu_epi16(d + i, k, v16_to_16(bf, _mm512_maskz_loadu_ps(k, src + i)));
     }
     i = h;
     for (; i + 32 <= n; i += 32) {
-      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_f16(_mm512_loadu_ps(src + i))),
-                                        v16_to_f16(_mm512_loadu_ps(src + i + 16)), 1);
+      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_16(bf, _mm512_loadu_ps(src + i))),
+                                        v16_to_16(bf, _mm512_loadu_ps(src + i + 16)), 1);
       _mm512_stream_si512((void *)(d + i), both);
     }
   }
   for (; i < n; i += 16) {
     __mmask16 k = v16_mask(n - i);
-    _mm256_mask_storeu_epi16(d + i, k, v16_to_f16(_mm512_maskz_loadu_ps(k, src + i)));
+    _mm256_mask_storeu_epi16(d + i, k, v16_to_16(bf, _mm512_maskz_loadu_ps(k, src + i)));
   }
+}
+
+static void store_f16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  uint16_t *d = (uint16_t *)dst;
+  if (stride == 1) {
+    store_16_dense(0, d, src, n, streaming);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) d[i * stride] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 static void store_bf16(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
   uint16_t *d = (uint16_t *)dst;
-  int64_t i = 0;
-  if (stride != 1) {
-    for (; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
+  if (stride == 1) {
+    store_16_dense(1, d, src, n, streaming);
     return;
   }
-  if (streaming) {
-    int64_t h = head_to_line(d, 2, n);
-    for (; i < h; i += 16) {
-      __mmask16 k = v16_mask(h - i);
-      _mm256_mask_storeu_epi16(d + i, k, v16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
-    }
-    i = h;
-    for (; i + 32 <= n; i += 32) {
-      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v16_to_bf16(_mm512_loadu_ps(src + i))),
-                                        v16_to_bf16(_mm512_loadu_ps(src + i + 16)), 1);
-      _mm512_stream_si512((void *)(d + i), both);
-    }
-  }
-  for (; i < n; i += 16) {
-    __mmask16 k = v16_mask(n - i);
-    _mm256_mask_storeu_epi16(d + i, k, v16_to_bf16(_mm512_maskz_loadu_ps(k, src + i)));
-  }
+  for (int64_t i = 0; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
 }
 
 /* ---- the fast recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ---- */
