@@ -27,7 +27,6 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
 STAGES=${STAGES:-"build first smoke variants ctest sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
-DEPS=$PWD/build/gpu-deps
 # The defaults first (index 0). Run 4 of docs/perf-notes.md measured v3index, layouts, t128
 # (now the defaults), t512, u2t128 and ldg; run 6 (v5) the module split (shipped: one
 # translation unit per operator and dtype kind) against one module (mono) and fewer kernels
@@ -51,13 +50,8 @@ stage() { # name timeout 'shell command' (run by bash -c, so functions are expor
   nvcc --version | tail -1; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$OUT/build.log" 2>&1
 
-CFG="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZGATE_CUDA=ON -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF"
-[ -f /usr/include/dlpack/dlpack.h ] || CFG="$CFG -DDLPACK_INCLUDE_DIR=$DEPS/include"
-if [ ! -f /usr/include/cmocka.h ] && [ -f "$DEPS/include/cmocka.h" ]; then
-  CFG="$CFG -DCMOCKA_INCLUDE_DIR=$DEPS/include -DCMOCKA_LIB=$DEPS/lib/libcmocka.so"
-  export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-command -v ninja >/dev/null && CFG="$CFG -G Ninja"
+source scripts/gpu-cmake-flags.sh
+gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF
 IFS=';' read -ra VLIST <<<"$VARIANTS"
 export OUT BUILD CFG VARIANTS FIRST_VARIANTS
 

@@ -8,7 +8,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 BUILD=build/gpu-validate
-DEPS=$PWD/build/gpu-deps
 STAGES=${STAGES:-"build cpu check python overhead dist"}
 summary=()
 stage() { # name limit command
@@ -17,13 +16,8 @@ stage() { # name limit command
   if timeout "$2" bash -c "$3" >"$OUT/$1.log" 2>&1; then r=ok; else r="FAILED (exit $?)"; fi
   summary+=("$(printf '%-9s %-16s %4d s' "$1" "$r" $(( $(date +%s) - t0 )))")
 }
-CFG="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZGATE_CUDA=ON -DZGATE_BUILD_BENCH=OFF"
-[ -f /usr/include/dlpack/dlpack.h ] || CFG="$CFG -DDLPACK_INCLUDE_DIR=$DEPS/include"
-if [ ! -f /usr/include/cmocka.h ] && [ -f "$DEPS/include/cmocka.h" ]; then
-  CFG="$CFG -DCMOCKA_INCLUDE_DIR=$DEPS/include -DCMOCKA_LIB=$DEPS/lib/libcmocka.so"
-  export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-command -v ninja >/dev/null && CFG="$CFG -G Ninja"
+source scripts/gpu-cmake-flags.sh
+gpu_cmake_flags
 export BUILD CFG OUT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
 

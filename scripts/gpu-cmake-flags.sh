@@ -1,0 +1,15 @@
+# Sourced by scripts/gpu-run.sh and scripts/gpu-validate.sh: the CMake flags of a CUDA build
+# on the GPU machine, in CFG. Where that machine lacks libdlpack-dev / libcmocka-dev, the
+# headers and library copied into build/gpu-deps (git-ignored, carried with the call) are
+# used instead; ninja when present. Extra flags: gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF ...
+gpu_cmake_flags() {
+  local deps=$PWD/build/gpu-deps
+  CFG="-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DZGATE_CUDA=ON -DZGATE_BUILD_BENCH=OFF $*"
+  [ -f /usr/include/dlpack/dlpack.h ] || CFG="$CFG -DDLPACK_INCLUDE_DIR=$deps/include"
+  if [ ! -f /usr/include/cmocka.h ] && [ -f "$deps/include/cmocka.h" ]; then
+    CFG="$CFG -DCMOCKA_INCLUDE_DIR=$deps/include -DCMOCKA_LIB=$deps/lib/libcmocka.so"
+    export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  if command -v ninja >/dev/null; then CFG="$CFG -G Ninja"; fi
+  export CFG
+}
