@@ -3,8 +3,10 @@
 # machine, in one call.
 #   scripts/gpu-run.sh            everything (build, first-call, smoke, variants, ctest of the
 #                                 "cuda" label with its >2^31 tests, compute-sanitizer, bench);
-#                                 STAGES may add "big" (the >2^31 tests alone) and "inductor"
+#                                 STAGES may add "big" (the >2^31 tests alone), "inductor"
 #                                 (torch.compile's generated code for two shapes, for reading)
+#                                 and "profile" (ncu counters of zgate and torch.compile on
+#                                 PROFILE_ROWS, bench/gpu_profile.py)
 #   STAGES="build ctest" scripts/gpu-run.sh     a subset
 #   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_kernels.h's
 #                                 ZG_CUDA_* macros), each a full build in build/var<i>; the
@@ -172,6 +174,19 @@ PY
 }
 export -f inductor
 stage inductor 90 inductor
+profile() { # ncu's counters for zgate and torch.compile on PROFILE_ROWS ("dtype:layout:shape ...")
+  local m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size
+  m=$m,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+  m=$m,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  for row in ${PROFILE_ROWS:-fp32:proj:2 fp32:dense:2}; do
+    IFS=: read -r d l sh <<<"$row"
+    echo "--- $row"
+    ncu --profile-from-start off --clock-control none -k 'regex:gate_kernel|triton' --metrics "$m" \
+      python3 bench/gpu_profile.py --lib "$BUILD/src/libzgate.so" --dtype "$d" --layout "$l" --shape "$sh" --co
+  done
+}
+export -f profile
+stage profile 150 profile
 BENCH="python3 bench/gpu_bench.py --lib $BUILD/src/libzgate.so --json $OUT/bench.json ${BENCH_ARGS:-}"
 [ -d "$ORIG" ] && BENCH="$BENCH --orig $ORIG"
 # RUN_BUDGET (seconds for the whole script): the benchmark gets what is left, less 15 s, and
