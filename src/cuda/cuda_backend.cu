@@ -96,7 +96,7 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
    * elements give it 16-byte accesses. */
   bool all_f32 = true;
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
-  int v = plan_vector_width(nt, a, esize, all_f32 ? 4 : 8);
+  int v = plan_vector_width(nt, a, esize, all_f32 ? ZG_CUDA_MAXV_F32 : ZG_CUDA_MAXV_16);
   plan_items(a, v);
   const int layout = plan_layout(a, v);
   for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;

@@ -18,6 +18,7 @@
  *   ZG_CUDA_UNROLL    items per thread, loads of all issued before the math.
  *   ZG_CUDA_MINB      blocks per SM the register budget must allow (float32 and mixed kinds);
  *   ZG_CUDA_MINB16    the same for the all-float16 and all-bfloat16 kinds.
+ *   ZG_CUDA_MAXV_F32, ZG_CUDA_MAXV_16  the widest item (elements) the host picks.
  *   ZG_CUDA_LAYOUTS   0: the general index math for every problem (the v3 kernel's).
  *   ZG_CUDA_LEAN      1: FLAT/ROWS kernels only for the widest vector of a kind (16-bit V = 8,
  *                     float32 V = 4); narrower vectors take the ANY layout (fewer kernels).
@@ -40,6 +41,12 @@
 #endif
 #ifndef ZG_CUDA_MINB16
 #define ZG_CUDA_MINB16 ZG_CUDA_MINB
+#endif
+#ifndef ZG_CUDA_MAXV_F32 /* all-float32 problems (4: 16-byte accesses) */
+#define ZG_CUDA_MAXV_F32 4
+#endif
+#ifndef ZG_CUDA_MAXV_16 /* problems with a 16-bit tensor (8: 16-byte accesses) */
+#define ZG_CUDA_MAXV_16 8
 #endif
 #ifndef ZG_CUDA_LAYOUTS
 #define ZG_CUDA_LAYOUTS 1
