@@ -33,7 +33,7 @@ def main():
     dout, z, o, _ = make_inputs(shape, dtype, args.layout, 0)
     dz, dos = padded_empty(shape, dtype, 0), padded_empty(shape, dtype, 0)
     zg = Shim(args.lib).bwd_fn(dout, z, o, dz, dos)
-    compiled = torch.compile(formula)
+    compiled = torch.compile(formula, dynamic=False)
     fns = [("zgate", zg), ("compile", lambda: compiled(dout, z, o))]
     if args.co:
         cdz, cdos = compiled(dout, z, o)

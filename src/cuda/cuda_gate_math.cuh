@@ -232,6 +232,29 @@ __device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
   }
 }
 
+/* V 16-bit values at p as V / 2 packed words (V = 2, 4, 8), unconverted. */
+template <int V>
+__device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[V / 2]) {
+  if constexpr (V == 8) {
+    uint4 q = ld(reinterpret_cast<const uint4 *>(p));
+    w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+  } else if constexpr (V == 4) {
+    uint2 q = ld(reinterpret_cast<const uint2 *>(p));
+    w[0] = q.x; w[1] = q.y;
+  } else {
+    w[0] = ld(reinterpret_cast<const uint32_t *>(p));
+  }
+}
+template <int V>
+__device__ __forceinline__ void store_words(char *p, const uint32_t (&w)[V / 2]) {
+  if constexpr (V == 8)
+    st(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  else if constexpr (V == 4)
+    st(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
+  else
+    st(reinterpret_cast<uint32_t *>(p), w[0]);
+}
+
 template <int V>
 __device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) {
   if (dt == DT_F32) {

@@ -54,17 +54,31 @@ constexpr int min_blocks(int kind) {
   return kind == DT_F16 || kind == DT_BF16 ? ZG_CUDA_MINB16 : ZG_CUDA_MINB;
 }
 
-/* One work item in registers: where its vectors are, and the input values. */
-template <int OP, int V>
+/* All-float16 and all-bfloat16 items of 2 or more elements stay packed (two values a
+ * 32-bit word) from the load to the math, which widens one word of each input at a time and
+ * packs its results at once: 12 registers of inputs instead of 24 floats for 8 elements,
+ * which lets more warps share an SM (ZG_CUDA_PACKED16 = 0: widen everything at the load). */
+#ifndef ZG_CUDA_PACKED16
+#define ZG_CUDA_PACKED16 1
+#endif
+template <int KIND, int V>
+__host__ __device__ constexpr bool packed() {
+  return ZG_CUDA_PACKED16 && (KIND == DT_F16 || KIND == DT_BF16) && V >= 2;
+}
+
+/* One work item in registers: where its vectors are, and the input values (as floats, or
+ * packed 16-bit words). */
+template <int OP, int KIND, int V>
 struct Item {
   int64_t off[Arity<OP>::in + Arity<OP>::out]; /* element offsets */
-  float in[Arity<OP>::in][V];
+  float in[packed<KIND, V>() ? 1 : Arity<OP>::in][packed<KIND, V>() ? 1 : V];
+  uint32_t w[packed<KIND, V>() ? Arity<OP>::in : 1][packed<KIND, V>() ? V / 2 : 1];
 };
 
 /* Item index -> element offsets in every tensor. FLAT and ROWS need V > 1 (then every
  * tensor's innermost stride is 1); ROWS also n[0] = n[1] = 1 and fewer than 2^32 items. */
-template <int OP, int V, int LAYOUT>
-__device__ __forceinline__ void locate(const Args &a, int64_t i, Item<OP, V> &it) {
+template <int OP, int KIND, int V, int LAYOUT>
+__device__ __forceinline__ void locate(const Args &a, int64_t i, Item<OP, KIND, V> &it) {
   constexpr int NT = Arity<OP>::in + Arity<OP>::out;
   if constexpr (LAYOUT == L_FLAT) {
     const int64_t col = i * V;
@@ -110,11 +124,14 @@ __device__ __forceinline__ void locate(const Args &a, int64_t i, Item<OP, V> &it
 }
 
 template <int OP, int KIND, int V>
-__device__ __forceinline__ void load_item(const Args &a, Item<OP, V> &it) {
+__device__ __forceinline__ void load_item(const Args &a, Item<OP, KIND, V> &it) {
 #pragma unroll
   for (int t = 0; t < Arity<OP>::in; t++) {
     int dt = dtype_of<KIND>(a, t);
-    load_vec<V>(a.ptr[t] + it.off[t] * elem_size(dt), dt, it.in[t]);
+    if constexpr (packed<KIND, V>())
+      load_words<V>(a.ptr[t] + it.off[t] * 2, it.w[t]);
+    else
+      load_vec<V>(a.ptr[t] + it.off[t] * elem_size(dt), dt, it.in[t]);
   }
 }
 
@@ -132,9 +149,38 @@ __device__ __forceinline__ bool accurate(const Args &a) {
   return a.accurate != 0;
 }
 
+/* The packed form: one word (two elements) of each input at a time, the fast math of the
+ * 16-bit outputs, the results packed at once. */
 template <int OP, int KIND, int V>
-__device__ __forceinline__ void finish_item(const Args &a, const Item<OP, V> &it) {
+__device__ __forceinline__ void finish_packed(const Args &a, const Item<OP, KIND, V> &it) {
+  constexpr int NI = Arity<OP>::in, NO = Arity<OP>::out;
+  uint32_t out[NO][V / 2];
+#pragma unroll
+  for (int k = 0; k < V / 2; k++) {
+    float2 x[NI];
+#pragma unroll
+    for (int t = 0; t < NI; t++) x[t] = unpack2(it.w[t][k], KIND);
+    if constexpr (OP == ZG_OP_BWD) {
+      float dz0, dos0, dz1, dos1;
+      gate_bwd_fast(x[0].x, x[1].x, x[2].x, dz0, dos0);
+      gate_bwd_fast(x[0].y, x[1].y, x[2].y, dz1, dos1);
+      out[0][k] = pack2(dz0, dz1, KIND);
+      out[1][k] = pack2(dos0, dos1, KIND);
+    } else {
+      out[0][k] = pack2(gate_fwd_fast(x[0].x, x[1].x), gate_fwd_fast(x[0].y, x[1].y), KIND);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NO; t++) store_words<V>(a.ptr[NI + t] + it.off[NI + t] * 2, out[t]);
+}
+
+template <int OP, int KIND, int V>
+__device__ __forceinline__ void finish_item(const Args &a, const Item<OP, KIND, V> &it) {
   constexpr int NI = Arity<OP>::in;
+  if constexpr (packed<KIND, V>()) {
+    finish_packed<OP, KIND, V>(a, it);
+    return;
+  } else {
   const bool acc = accurate<OP, KIND>(a);
   if constexpr (OP == ZG_OP_BWD) {
     float dz[V], dos[V];
@@ -160,6 +206,7 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<OP, V> &it
     int dt_out = dtype_of<KIND>(a, NI);
     store_vec<V>(a.ptr[NI] + it.off[NI] * elem_size(dt_out), dt_out, out);
   }
+  }
 }
 
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,
@@ -170,12 +217,12 @@ template <int OP, int KIND, int V, int LAYOUT>
 __global__ void __launch_bounds__(kThreads, min_blocks(KIND)) gate_kernel(const Args a) {
   constexpr int64_t tile = (int64_t)kUnroll * kThreads;
   for (int64_t base = (int64_t)blockIdx.x * tile; base < a.items; base += (int64_t)gridDim.x * tile) {
-    Item<OP, V> x[kUnroll];
+    Item<OP, KIND, V> x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; u++) {
       const int64_t i = base + u * kThreads + threadIdx.x;
       if (i < a.items) {
-        locate<OP, V, LAYOUT>(a, i, x[u]);
+        locate<OP, KIND, V, LAYOUT>(a, i, x[u]);
         load_item<OP, KIND, V>(a, x[u]);
       }
     }
@@ -188,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(KIND)) gate_kernel(const 
     /* One row whose length is not a multiple of V: its last few elements, one per thread. */
     if (a.tail > 0 && blockIdx.x == 0 && threadIdx.x < (unsigned)a.tail) {
       constexpr int NT = Arity<OP>::in + Arity<OP>::out;
-      Item<OP, 1> e;
+      Item<OP, KIND, 1> e;
       int64_t col = a.nv * V + threadIdx.x;
 #pragma unroll
       for (int t = 0; t < NT; t++) e.off[t] = col * a.st[t][3];
