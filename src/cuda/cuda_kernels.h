@@ -16,18 +16,19 @@
  * docs/perf-notes.md); the defaults are the shipped kernel.
  *   ZG_CUDA_THREADS   block size.
  *   ZG_CUDA_UNROLL    items per thread, loads of all issued before the math.
- *   ZG_CUDA_MINB      blocks per SM the register budget must allow (float32 and mixed kinds);
+ *   ZG_CUDA_MINB      blocks per SM the register budget must allow (mixed dtypes);
+ *   ZG_CUDA_MINB32    the same for the all-float32 kind;
  *   ZG_CUDA_MINB16    the same for the all-float16 and all-bfloat16 kinds.
+ *   ZG_CUDA_PACKED16  0 (cuda_kernel.cuh): 16-bit inputs widened at the load, as before v10.
  *   ZG_CUDA_MAXV_F32, ZG_CUDA_MAXV_16  the widest item (elements) the host picks.
  *   ZG_CUDA_LAYOUTS   0: the general index math for every problem (the v3 kernel's).
  *   ZG_CUDA_LEAN      1: FLAT/ROWS kernels only for the widest vector of a kind (16-bit V = 8,
  *                     float32 V = 4); narrower vectors take the ANY layout (fewer kernels).
  *   ZG_CUDA_UNITY     1: every kernel in one translation unit (one module, as before v5).
  *   ZG_CUDA_LDG       1 (cuda_gate_math.cuh): read-only loads.
- * Shipped: 128-thread blocks, 8 a SM at least (a 64-register cap; the 16-bit kernels use 56,
- * so 9 blocks = 1152 threads fit a SM against 1024 with 256-thread blocks), one item a
- * thread, index math by layout: the best of the variants measured side by side on the H200
- * (perf-notes v4). Variants measured before (one wave of resident blocks looping, software
+ * Shipped: 128-thread blocks, one item a thread, index math by layout (perf-notes v4); 16-bit
+ * items packed until the math and float32 kernels at 12 blocks a SM (40 registers), the
+ * best of the variants measured side by side on the H200 (perf-notes v10). Variants measured before (one wave of resident blocks looping, software
  * prefetch of the next item, evict-first accesses; v5: 8-wide float32 items, 16-bit items
  * stored in two 8-byte halves with 10 blocks a SM) were slower and are gone (perf-notes). */
 #ifndef ZG_CUDA_THREADS
@@ -39,8 +40,11 @@
 #ifndef ZG_CUDA_MINB
 #define ZG_CUDA_MINB 8
 #endif
+#ifndef ZG_CUDA_MINB32
+#define ZG_CUDA_MINB32 12
+#endif
 #ifndef ZG_CUDA_MINB16
-#define ZG_CUDA_MINB16 ZG_CUDA_MINB
+#define ZG_CUDA_MINB16 8
 #endif
 #ifndef ZG_CUDA_MAXV_F32 /* all-float32 problems (4: 16-byte accesses) */
 #define ZG_CUDA_MAXV_F32 4
