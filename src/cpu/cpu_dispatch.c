@@ -10,6 +10,8 @@
  *                            name this build or CPU cannot run) or ZGATE_ERR_OPTIONS (an
  *                            unknown name), and the message says why. Silently running
  *                            another path would make a forced test run prove nothing.
+ * ZGATE_CPU_PREFETCH (bytes; a tuning knob, so a bad value falls back to the default): see
+ * zg_cpu_prefetch in cpu_kernels.h.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -222,6 +224,44 @@ int zg_cpu_check(const char *isa) {
                    "environment: ZGATE_CPU_ISA=\"%s\" forces a path that is %s (built: %s)",
                    zg_default.env, zg_why_unavailable(zg_default.env), zgate_cpu_isas_built());
   return ZGATE_OK;
+}
+
+/* ---- prefetch distance (cpu_kernels.h) -------------------------------------------------- */
+
+static int64_t zg_prefetch_value;
+static pthread_once_t zg_prefetch_once = PTHREAD_ONCE_INIT;
+
+static int zg_cpu_is_intel(void) {
+#ifdef ZG_X86
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  char v[13];
+  memcpy(v, &b, 4);
+  memcpy(v + 4, &d, 4);
+  memcpy(v + 8, &c, 4);
+  v[12] = 0;
+  return strcmp(v, "GenuineIntel") == 0;
+#else
+  return 0;
+#endif
+}
+
+static void zg_prefetch_init(void) {
+  const char *env = getenv("ZGATE_CPU_PREFETCH");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (*end == 0 && v >= 0 && v <= (1 << 20)) {
+      zg_prefetch_value = v;
+      return;
+    }
+  }
+  zg_prefetch_value = zg_cpu_is_intel() ? 4096 : 0;
+}
+
+int64_t zg_cpu_prefetch(void) {
+  pthread_once(&zg_prefetch_once, zg_prefetch_init);
+  return zg_prefetch_value;
 }
 
 /* ---- public queries -------------------------------------------------------------------- */

@@ -37,7 +37,10 @@ typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n)
  * `streaming` bit 0 asks for non-temporal stores of the first output (dz or out), bit 1 of
  * dout_scaled (same rule as zg_store_fn). dout_scaled may be dout (in place): each element
  * must be read before it is written. Results must not depend on where a run starts or ends
- * (tails by the same vector code). */
+ * (tails by the same vector code). Bit 2 of `streaming` (ZG_RUN_CONTIGUOUS) says that every
+ * input goes on contiguously past the run's end (a dense problem), so prefetching may
+ * cross it. */
+#define ZG_RUN_CONTIGUOUS 4
 typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
                               const void *o, int64_t n, int streaming);
 typedef void (*zg_fwd_run_fn)(void *out, const void *o, const void *z, int64_t n, int streaming);
@@ -57,6 +60,28 @@ typedef struct zg_cpu_kernels {
   zg_bwd_run_fn bwd_run[3];
   zg_fwd_run_fn fwd_run[3];
 } zg_cpu_kernels;
+
+/* Software prefetch distance of the fused runs, in bytes (0 = none), chosen once per process
+ * by cpu_dispatch.c: ZGATE_CPU_PREFETCH when it holds a whole number in [0, 1048576], else
+ * 4096 on Intel CPUs and 0 elsewhere. Measured (docs/perf-notes.md, CPU entries 40-41): on
+ * an Intel Xeon with AVX-512, 4 KB ahead took two threads from 81% to 94-97% of the
+ * streaming ceiling (float32) and from 66-71% to 95-98% (bfloat16); on Zen 3 and Zen 4
+ * prefetching was equal or worse (entries 20, 36, 38), the hardware prefetchers sufficing. */
+int64_t zg_cpu_prefetch(void);
+
+/* A run of `end` bytes prefetches `pf` bytes ahead while a step's offset plus its length is at
+ * most this: -1 when pf is 0 (never); no limit when the inputs go on past the run
+ * (ZG_RUN_CONTIGUOUS: the next work item, which the same thread most likely runs next);
+ * else the run's own end, so that a row of Z as a projection view does not fetch the
+ * neighbouring columns of the projection. One compare a step. */
+static inline int64_t zg_prefetch_stop(int64_t end, int64_t pf, int streaming) {
+  return !pf ? -1 : (streaming & ZG_RUN_CONTIGUOUS) ? INT64_MAX : end - pf;
+}
+
+/* Prefetch for reading the len bytes at p (len a constant or a chunk: whole lines). */
+static inline void zg_prefetch_lines(const void *p, int64_t len) {
+  for (int64_t b = 0; b < len; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+}
 
 /* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built
  * from the ZGATE_HAVE_* macros. */

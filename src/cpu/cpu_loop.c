@@ -182,13 +182,14 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
 /* Step 4: one run kernel call per row piece (all tensors contiguous along the row). */
 static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len) {
   const int64_t es = pl->esize[0];
+  const int contiguous = pl->ndim == 1 ? ZG_RUN_CONTIGUOUS : 0; /* one normalized dim: dense */
   if (pl->n_in == 3) {
-    int streaming = pl->streaming[3] | pl->streaming[4] << 1;
+    int streaming = pl->streaming[3] | pl->streaming[4] << 1 | contiguous;
     k->bwd_run[pl->fused](pl->base[3] + off[3] * es, pl->base[4] + off[4] * es, pl->base[0] + off[0] * es,
                           pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming);
   } else {
     k->fwd_run[pl->fused](pl->base[2] + off[2] * es, pl->base[0] + off[0] * es, pl->base[1] + off[1] * es,
-                          len, pl->streaming[2]);
+                          len, pl->streaming[2] | contiguous);
   }
 }
 

@@ -587,7 +587,8 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
-  int64_t i = 0, head = streaming ? head_to_line(pdz, es, n) : 0;
+  int64_t i = 0, head = (streaming & 3) ? head_to_line(pdz, es, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
   for (; i < head; i += 16) {
@@ -595,8 +596,14 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
     bwd_part_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, m);
   }
   i = head;
-  for (; i + 16 <= n; i += 16)
+  for (; i + 16 <= n; i += 16) {
+    if (i * es + 16 * es <= pf_stop) {
+      zg_prefetch_lines((const char *)pd + i * es + pf, 16 * es);
+      zg_prefetch_lines((const char *)pz + i * es + pf, 16 * es);
+      zg_prefetch_lines((const char *)po + i * es + pf, 16 * es);
+    }
     bwd_step_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, nt0, nt1);
+  }
   if (i < n) bwd_part_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, n - i);
 }
 
@@ -624,14 +631,21 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
-  int64_t i = 0, head = streaming ? head_to_line(pout, es, n) : 0;
+  int64_t i = 0, head = (streaming & 3) ? head_to_line(pout, es, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   for (; i < head; i += 16) {
     int64_t m = head - i < 16 ? head - i : 16;
     fwd_part_fast(dt, pout + i * es, po + i * es, pz + i * es, m);
   }
   i = head;
-  for (; i + 16 <= n; i += 16) fwd_step_fast(dt, pout + i * es, po + i * es, pz + i * es, nt0);
+  for (; i + 16 <= n; i += 16) {
+    if (i * es + 16 * es <= pf_stop) {
+      zg_prefetch_lines((const char *)pz + i * es + pf, 16 * es);
+      zg_prefetch_lines((const char *)po + i * es + pf, 16 * es);
+    }
+    fwd_step_fast(dt, pout + i * es, po + i * es, pz + i * es, nt0);
+  }
   if (i < n) fwd_part_fast(dt, pout + i * es, po + i * es, pz + i * es, n - i);
 }
 
@@ -657,13 +671,19 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
                         int64_t n, int streaming) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
-  int64_t head = streaming ? head_to_line(pdz, 4, n) : 0;
+  int64_t head = (streaming & 3) ? head_to_line(pdz, 4, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
+    if (i * 4 + m * 4 <= pf_stop) {
+      zg_prefetch_lines((const char *)pd + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+    }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
       __m256 vdz, vdos, flag = _mm256_setzero_ps();
@@ -686,12 +706,17 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
 static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
   float *pout = out;
   const float *pz = z, *po = o;
-  int64_t head = streaming ? head_to_line(pout, 4, n) : 0;
+  int64_t head = (streaming & 3) ? head_to_line(pout, 4, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
+    if (i * 4 + m * 4 <= pf_stop) {
+      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+    }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
       __m256 flag = _mm256_setzero_ps();

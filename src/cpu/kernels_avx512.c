@@ -564,7 +564,8 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
-  int64_t i = 0, head = streaming ? run_head(pdz, dt, n) : 0;
+  int64_t i = 0, head = (streaming & 3) ? run_head(pdz, dt, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
   while (i < n) {
@@ -581,6 +582,11 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
       continue;
     }
     for (; i + 32 <= n; i += 32) {
+      if (i * es + 32 * es <= pf_stop) {
+        zg_prefetch_lines((const char *)pd + i * es + pf, 32 * es);
+        zg_prefetch_lines((const char *)pz + i * es + pf, 32 * es);
+        zg_prefetch_lines((const char *)po + i * es + pf, 32 * es);
+      }
       v32f d = ld32(dt, pd + i * es, ~0u), zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u);
       v32f rdz, rdos;
       v16_bwd_fast(dt == ZG_BF16, d.a, zz.a, oo.a, &rdz.a, &rdos.a);
@@ -597,7 +603,8 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
-  int64_t i = 0, head = streaming ? run_head(pout, dt, n) : 0;
+  int64_t i = 0, head = (streaming & 3) ? run_head(pout, dt, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   while (i < n) {
     int64_t m = i < head ? head - i : n - i;
@@ -611,6 +618,10 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
       continue;
     }
     for (; i + 32 <= n; i += 32) {
+      if (i * es + 32 * es <= pf_stop) {
+        zg_prefetch_lines((const char *)pz + i * es + pf, 32 * es);
+        zg_prefetch_lines((const char *)po + i * es + pf, 32 * es);
+      }
       v32f zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u), r;
       r.a = v16_fwd_fast(dt == ZG_BF16, oo.a, zz.a);
       r.b = v16_fwd_fast(dt == ZG_BF16, oo.b, zz.b);
@@ -626,13 +637,19 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
                         int64_t n, int streaming) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
-  int64_t head = streaming ? run_head(pdz, ZG_F32, n) : 0;
+  int64_t head = (streaming & 3) ? run_head(pdz, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
+    if (i * 4 + m * 4 <= pf_stop) {
+      zg_prefetch_lines((const char *)pd + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+    }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 16) {
       __m512 vdz, vdos, flag = _mm512_setzero_ps();
@@ -659,12 +676,17 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
 static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
   float *pout = out;
   const float *pz = z, *po = o;
-  int64_t head = streaming ? run_head(pout, ZG_F32, n) : 0;
+  int64_t head = (streaming & 3) ? run_head(pout, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
+    if (i * 4 + m * 4 <= pf_stop) {
+      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
+      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+    }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 16) {
       __m512 flag = _mm512_setzero_ps();
@@ -716,7 +738,8 @@ ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dou
                              int64_t n, int streaming) {
   uint16_t *pdz = dz, *pdos = dos;
   const uint16_t *pd = dout, *pz = z, *po = o;
-  int64_t head = streaming ? run_head(pdz, ZG_BF16, n) : 0;
+  int64_t head = (streaming & 3) ? run_head(pdz, ZG_BF16, n) : 0, pf = zg_cpu_prefetch();
+  const int64_t pf_stop = zg_prefetch_stop(n * 2, pf, streaming);
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   /* word j of the packed pair: even element j/2 (low half) or odd element j/2 (high half) */
@@ -726,6 +749,11 @@ ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dou
   int64_t i = head;
   for (; i + 32 <= n; i += 32) {
     __m512 de, dd, ze, zd, oe, od, dze, dzo, dose, doso, s, oms;
+    if (i * 2 + 64 <= pf_stop) {
+      zg_prefetch_lines((const char *)pd + i * 2 + pf, 64);
+      zg_prefetch_lines((const char *)pz + i * 2 + pf, 64);
+      zg_prefetch_lines((const char *)po + i * 2 + pf, 64);
+    }
     ld32_eo(pd + i, &de, &dd);
     ld32_eo(pz + i, &ze, &zd);
     ld32_eo(po + i, &oe, &od);
