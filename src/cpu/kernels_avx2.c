@@ -680,9 +680,11 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
     if (i * 4 + m * 4 <= pf_stop) {
-      zg_prefetch_lines((const char *)pd + i * 4 + pf, m * 4);
-      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
-      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
+        zg_prefetch_lines(pd + i + q + pf / 4, 64);
+        zg_prefetch_lines(pz + i + q + pf / 4, 64);
+        zg_prefetch_lines(po + i + q + pf / 4, 64);
+      }
     }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
@@ -714,8 +716,10 @@ static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int 
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
     if (i * 4 + m * 4 <= pf_stop) {
-      zg_prefetch_lines((const char *)pz + i * 4 + pf, m * 4);
-      zg_prefetch_lines((const char *)po + i * 4 + pf, m * 4);
+      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
+        zg_prefetch_lines(pz + i + q + pf / 4, 64);
+        zg_prefetch_lines(po + i + q + pf / 4, 64);
+      }
     }
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
