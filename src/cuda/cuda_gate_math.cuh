@@ -192,46 +192,6 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, int dt) {
   return *reinterpret_cast<uint32_t *>(&h);
 }
 
-template <int V>
-__device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
-  if (dt == DT_F32) {
-    const float *f = reinterpret_cast<const float *>(p);
-    if constexpr (V == 8) {
-      float4 a = ld(reinterpret_cast<const float4 *>(f)), b = ld(reinterpret_cast<const float4 *>(f) + 1);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else if constexpr (V == 4) {
-      float4 a = ld(reinterpret_cast<const float4 *>(f));
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    } else if constexpr (V == 2) {
-      float2 a = ld(reinterpret_cast<const float2 *>(f));
-      v[0] = a.x; v[1] = a.y;
-    } else {
-      v[0] = ld(f);
-    }
-  } else {
-    uint32_t w[(V + 1) / 2];
-    if constexpr (V == 8) {
-      uint4 q = ld(reinterpret_cast<const uint4 *>(p));
-      w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
-    } else if constexpr (V == 4) {
-      uint2 q = ld(reinterpret_cast<const uint2 *>(p));
-      w[0] = q.x; w[1] = q.y;
-    } else if constexpr (V == 2) {
-      w[0] = ld(reinterpret_cast<const uint32_t *>(p));
-    } else {
-      v[0] = bits_to_f32(ld(reinterpret_cast<const unsigned short *>(p)), dt);
-    }
-    if constexpr (V > 1) {
-#pragma unroll
-      for (int k = 0; k < V / 2; k++) {
-        float2 f = unpack2(w[k], dt);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-      }
-    }
-  }
-}
-
 /* V 16-bit values at p as V / 2 packed words (V = 2, 4, 8), unconverted. */
 template <int V>
 __device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[V / 2]) {
@@ -256,6 +216,36 @@ __device__ __forceinline__ void store_words(char *p, const uint32_t (&w)[V / 2])
 }
 
 template <int V>
+__device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
+  if (dt == DT_F32) {
+    const float *f = reinterpret_cast<const float *>(p);
+    if constexpr (V == 8) {
+      float4 a = ld(reinterpret_cast<const float4 *>(f)), b = ld(reinterpret_cast<const float4 *>(f) + 1);
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else if constexpr (V == 4) {
+      float4 a = ld(reinterpret_cast<const float4 *>(f));
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    } else if constexpr (V == 2) {
+      float2 a = ld(reinterpret_cast<const float2 *>(f));
+      v[0] = a.x; v[1] = a.y;
+    } else {
+      v[0] = ld(f);
+    }
+  } else if constexpr (V == 1) {
+    v[0] = bits_to_f32(ld(reinterpret_cast<const unsigned short *>(p)), dt);
+  } else {
+    uint32_t w[V / 2];
+    load_words<V>(p, w);
+#pragma unroll
+    for (int k = 0; k < V / 2; k++) {
+      float2 f = unpack2(w[k], dt);
+      v[2 * k] = f.x;
+      v[2 * k + 1] = f.y;
+    }
+  }
+}
+
+template <int V>
 __device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) {
   if (dt == DT_F32) {
     float *f = reinterpret_cast<float *>(p);
@@ -277,12 +267,7 @@ __device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) 
 #pragma unroll
       for (int k = 0; k < V / 2; k++)
         w[k] = pack2(v[2 * k], v[2 * k + 1], dt);
-      if constexpr (V == 8)
-        st(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
-      else if constexpr (V == 4)
-        st(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
-      else
-        st(reinterpret_cast<uint32_t *>(p), w[0]);
+      store_words<V>(p, w);
     }
   }
 }
