@@ -63,9 +63,9 @@ typedef struct zg_cpu_kernels {
 
 /* Software prefetch distance of the fused runs, in bytes (0 = none), chosen once per process
  * by cpu_dispatch.c: ZGATE_CPU_PREFETCH when it holds a whole number in [0, 1048576], else
- * 4096 on Intel CPUs and 0 elsewhere. Measured (docs/perf-notes.md, CPU entries 40-41): on
- * an Intel Xeon with AVX-512, 4 KB ahead took two threads from 81% to 94-97% of the
- * streaming ceiling (float32) and from 66-71% to 95-98% (bfloat16); on Zen 3 and Zen 4
+ * 4096 on Intel CPUs and 0 elsewhere. Measured (docs/perf-notes.md, CPU entries 40-46): on
+ * an Intel Xeon with AVX-512, 4 KB ahead took two threads from about 80% to 95-96% of the
+ * streaming ceiling (float32) and from 70-74% to 93-96% (bfloat16); on Zen 3 and Zen 4
  * prefetching was equal or worse (entries 20, 36, 38), the hardware prefetchers sufficing. */
 int64_t zg_cpu_prefetch(void);
 
@@ -78,7 +78,7 @@ static inline int64_t zg_prefetch_stop(int64_t end, int64_t pf, int streaming) {
   return !pf ? -1 : (streaming & ZG_RUN_CONTIGUOUS) ? INT64_MAX : end - pf;
 }
 
-/* Prefetch for reading the len bytes at p (len a constant or a chunk: whole lines). */
+/* Prefetch for reading the lines of the len bytes at p (len a constant: the loop unrolls). */
 static inline void zg_prefetch_lines(const void *p, int64_t len) {
   for (int64_t b = 0; b < len; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
 }
