@@ -39,8 +39,9 @@ typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n)
  * must be read before it is written. Results must not depend on where a run starts or ends
  * (tails by the same vector code). Bit 2 of `streaming` (ZG_RUN_CONTIGUOUS) says that every
  * input goes on contiguously past the run's end (a dense problem), so prefetching may
- * cross it. */
+ * cross it; bit 3 (ZG_RUN_NO_PREFETCH) turns the run's prefetching off. */
 #define ZG_RUN_CONTIGUOUS 4
+#define ZG_RUN_NO_PREFETCH 8
 typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
                               const void *o, int64_t n, int streaming);
 typedef void (*zg_fwd_run_fn)(void *out, const void *o, const void *z, int64_t n, int streaming);
@@ -70,12 +71,14 @@ typedef struct zg_cpu_kernels {
 int64_t zg_cpu_prefetch(void);
 
 /* A run of `end` bytes prefetches `pf` bytes ahead while a step's offset plus its length is at
- * most this: -1 when pf is 0 (never); no limit when the inputs go on past the run
+ * most this: -1 when pf is 0 or ZG_RUN_NO_PREFETCH (never); no limit when the inputs go on
+ * past the run
  * (ZG_RUN_CONTIGUOUS: the next work item, which the same thread most likely runs next);
  * else the run's own end, so that a row of Z as a projection view does not fetch the
  * neighbouring columns of the projection. One compare a step. */
 static inline int64_t zg_prefetch_stop(int64_t end, int64_t pf, int streaming) {
-  return !pf ? -1 : (streaming & ZG_RUN_CONTIGUOUS) ? INT64_MAX : end - pf;
+  if (!pf || (streaming & ZG_RUN_NO_PREFETCH)) return -1;
+  return (streaming & ZG_RUN_CONTIGUOUS) ? INT64_MAX : end - pf;
 }
 
 /* Prefetch for reading the lines of the len bytes at p (len a constant: the loop unrolls). */

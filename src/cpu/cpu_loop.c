@@ -182,14 +182,17 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
 /* Step 4: one run kernel call per row piece (all tensors contiguous along the row). */
 static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len) {
   const int64_t es = pl->esize[0];
-  const int contiguous = pl->ndim == 1 ? ZG_RUN_CONTIGUOUS : 0; /* one normalized dim: dense */
+  /* Dense (one normalized dim): runs prefetch across their ends. Rows (Z as a projection
+   * view): float32 runs prefetch within the row (+13-18% here), 16-bit ones not at all (they
+   * measured 2-6 points slower with it: perf-notes entry 47). */
+  const int prefetch = pl->ndim == 1 ? ZG_RUN_CONTIGUOUS : es == 4 ? 0 : ZG_RUN_NO_PREFETCH;
   if (pl->n_in == 3) {
-    int streaming = pl->streaming[3] | pl->streaming[4] << 1 | contiguous;
+    int streaming = pl->streaming[3] | pl->streaming[4] << 1 | prefetch;
     k->bwd_run[pl->fused](pl->base[3] + off[3] * es, pl->base[4] + off[4] * es, pl->base[0] + off[0] * es,
                           pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming);
   } else {
     k->fwd_run[pl->fused](pl->base[2] + off[2] * es, pl->base[0] + off[0] * es, pl->base[1] + off[1] * es,
-                          len, pl->streaming[2] | contiguous);
+                          len, pl->streaming[2] | prefetch);
   }
 }
 

@@ -274,7 +274,7 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
         if (t == ZG_BF16 && BF16_OWN_RECIPE) k->bwd_run[t](rdz, rdos, d, zz, oo, RN, 0);
         else staged_bwd(k, t, rdz, rdos, d, zz, oo, RN);
         memset(got, 0x5a, 3 * (RN + pad) * es);
-        int streaming = (int)(next_u64() % 8); /* bits 0-1 non-temporal, bit 2 ZG_RUN_CONTIGUOUS */
+        int streaming = (int)(next_u64() % 16); /* bits 0-1 non-temporal, 2-3 prefetch flags */
         for (int64_t i = 0; i < RN;) { /* random splits, as rows and items would make */
           int64_t m = 1 + (int64_t)(next_u64() % 700);
           if (i + m > RN) m = RN - i;
@@ -301,7 +301,7 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
         for (int64_t i = 0; i < RN;) {
           int64_t m = 1 + (int64_t)(next_u64() % 700);
           if (i + m > RN) m = RN - i;
-          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2) | (int)(next_u64() % 2) * 4);
+          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2) | (int)(next_u64() % 3) * 4);
           i += m;
         }
         _mm_sfence();
