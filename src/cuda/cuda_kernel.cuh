@@ -177,12 +177,8 @@ __device__ __forceinline__ void finish_packed(const Args &a, const Item<OP, KIND
 }
 
 template <int OP, int KIND, int V>
-__device__ __forceinline__ void finish_item(const Args &a, const Item<OP, KIND, V> &it) {
+__device__ __forceinline__ void finish_floats(const Args &a, const Item<OP, KIND, V> &it) {
   constexpr int NI = Arity<OP>::in;
-  if constexpr (packed<KIND, V>()) {
-    finish_packed<OP, KIND, V>(a, it);
-    return;
-  } else {
   const bool acc = accurate<OP, KIND>(a);
   if constexpr (OP == ZG_OP_BWD) {
     float dz[V], dos[V];
@@ -208,7 +204,12 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<OP, KIND, 
     int dt_out = dtype_of<KIND>(a, NI);
     store_vec<V>(a.ptr[NI] + it.off[NI] * elem_size(dt_out), dt_out, out);
   }
-  }
+}
+
+template <int OP, int KIND, int V>
+__device__ __forceinline__ void finish_item(const Args &a, const Item<OP, KIND, V> &it) {
+  if constexpr (packed<KIND, V>()) finish_packed<OP, KIND, V>(a, it);
+  else finish_floats<OP, KIND, V>(a, it);
 }
 
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,

@@ -28,9 +28,10 @@
  *   ZG_CUDA_LDG       1 (cuda_gate_math.cuh): read-only loads.
  * Shipped: 128-thread blocks, one item a thread, index math by layout (perf-notes v4); 16-bit
  * items packed until the math and float32 kernels at 12 blocks a SM (40 registers), the
- * best of the variants measured side by side on the H200 (perf-notes v10). Variants measured before (one wave of resident blocks looping, software
- * prefetch of the next item, evict-first accesses; v5: 8-wide float32 items, 16-bit items
- * stored in two 8-byte halves with 10 blocks a SM) were slower and are gone (perf-notes). */
+ * best of the variants measured side by side on the H200 (perf-notes v10). Variants measured
+ * before (one wave of resident blocks looping, software prefetch of the next item,
+ * evict-first accesses; v5: 8-wide float32 items, 16-bit items stored in two 8-byte halves
+ * with 10 blocks a SM) were slower and are gone (perf-notes). */
 #ifndef ZG_CUDA_THREADS
 #define ZG_CUDA_THREADS 128
 #endif
