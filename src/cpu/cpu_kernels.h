@@ -37,14 +37,21 @@ typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n)
  * `streaming` bit 0 asks for non-temporal stores of the first output (dz or out), bit 1 of
  * dout_scaled (same rule as zg_store_fn). dout_scaled may be dout (in place): each element
  * must be read before it is written. Results must not depend on where a run starts or ends
- * (tails by the same vector code). Bit 2 of `streaming` (ZG_RUN_CONTIGUOUS) says that every
- * input goes on contiguously past the run's end (a dense problem), so prefetching may
- * cross it; bit 3 (ZG_RUN_NO_PREFETCH) turns the run's prefetching off. */
-#define ZG_RUN_CONTIGUOUS 4
-#define ZG_RUN_NO_PREFETCH 8
+ * (tails by the same vector code).
+ *
+ * `next` (NULL = nothing) says where the inputs go on after the run, so that prefetching can
+ * run on into the piece the loop driver hands out next: the rest of a dense problem, or the
+ * next row of Z as a projection view, which is not where the run ends. in[] is in the order
+ * of the run's input parameters (bwd: dout, z, o; fwd: o, z). Prefetch never changes a
+ * result; it must never fetch more than `bytes` past the run's end. */
+typedef struct zg_run_next {
+  const char *in[3];
+  int64_t bytes; /* of each input that follow there (0 = none) */
+} zg_run_next;
 typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
-                              const void *o, int64_t n, int streaming);
-typedef void (*zg_fwd_run_fn)(void *out, const void *o, const void *z, int64_t n, int streaming);
+                              const void *o, int64_t n, int streaming, const zg_run_next *next);
+typedef void (*zg_fwd_run_fn)(void *out, const void *o, const void *z, int64_t n, int streaming,
+                              const zg_run_next *next);
 
 typedef struct zg_cpu_kernels {
   const char *name;            /* "scalar", "avx2", "avx512", "neon" */
@@ -70,21 +77,31 @@ typedef struct zg_cpu_kernels {
  * prefetching was equal or worse (entries 20, 36, 38), the hardware prefetchers sufficing. */
 int64_t zg_cpu_prefetch(void);
 
-/* A run of `end` bytes prefetches `pf` bytes ahead while a step's offset plus its length is at
- * most this: -1 when pf is 0 or ZG_RUN_NO_PREFETCH (never); no limit when the inputs go on
- * past the run
- * (ZG_RUN_CONTIGUOUS: the next work item, which the same thread most likely runs next);
- * else the run's own end, so that a row of Z as a projection view does not fetch the
- * neighbouring columns of the projection. One compare a step. */
-static inline int64_t zg_prefetch_stop(int64_t end, int64_t pf, int streaming) {
-  if (!pf || (streaming & ZG_RUN_NO_PREFETCH)) return -1;
-  return (streaming & ZG_RUN_CONTIGUOUS) ? INT64_MAX : end - pf;
+/* The fused runs' prefetch: for each input (c may be NULL), the `len` bytes (whole lines)
+ * starting `at` bytes into the run's input stream, where `at` is the current offset plus the
+ * distance. While at < end (the run's bytes) that is in the run itself, then in `next` for
+ * as many bytes as follow there, then nothing. One compare a step in the common case.
+ * always_inline: gcc 12 finds a function that only prefetches "const" and deletes the calls
+ * to it when it is not inlined early (it dropped every prefetch of the float32 runs). */
+#define ZG_PREFETCH_INLINE static inline __attribute__((always_inline))
+ZG_PREFETCH_INLINE void zg_prefetch_lines3(const char *a, const char *b, const char *c, int64_t len) {
+  for (int64_t q = 0; q < len; q += 64) {
+    __builtin_prefetch(a + q, 0, 3);
+    __builtin_prefetch(b + q, 0, 3);
+    if (c) __builtin_prefetch(c + q, 0, 3);
+  }
 }
-
-/* Prefetch for reading the lines of the len bytes at p (len a constant: the loop unrolls). */
-static inline void zg_prefetch_lines(const void *p, int64_t len) {
-  for (int64_t b = 0; b < len; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+ZG_PREFETCH_INLINE void zg_prefetch_ahead(const zg_run_next *next, const char *a, const char *b, const char *c,
+                                     int64_t at, int64_t end, int64_t len) {
+  if (at < end)
+    zg_prefetch_lines3(a + at, b + at, c ? c + at : 0, len);
+  else if (at - end < next->bytes)
+    zg_prefetch_lines3(next->in[0] + (at - end), next->in[1] + (at - end),
+                       c ? next->in[2] + (at - end) : 0, len);
 }
+#undef ZG_PREFETCH_INLINE
+/* What a run without a `next` uses (nothing follows). */
+static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0};
 
 /* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built
  * from the ZGATE_HAVE_* macros. */

@@ -179,20 +179,32 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
   }
 }
 
-/* Step 4: one run kernel call per row piece (all tensors contiguous along the row). */
-static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len) {
+/* Step 4: one run kernel call per row piece (all tensors contiguous along the row). `nx` is
+ * where the inputs go on after the piece and `nx_len` how many elements follow there (0 =
+ * none), for the run's prefetching (cpu_kernels.h). */
+static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len,
+                         const int64_t *nx, int64_t nx_len) {
   const int64_t es = pl->esize[0];
-  /* Dense (one normalized dim): runs prefetch across their ends. Rows (Z as a projection
-   * view): float32 runs prefetch within the row (+13-18% here), 16-bit ones not at all (they
-   * measured 2-6 points slower with it: perf-notes entry 47). */
-  const int prefetch = pl->ndim == 1 ? ZG_RUN_CONTIGUOUS : es == 4 ? 0 : ZG_RUN_NO_PREFETCH;
+  zg_run_next next = {{0, 0, 0}, nx_len * es};
+  for (int t = 0; t < pl->n_in; t++) next.in[t] = pl->base[t] + nx[t] * es;
   if (pl->n_in == 3) {
-    int streaming = pl->streaming[3] | pl->streaming[4] << 1 | prefetch;
+    int streaming = pl->streaming[3] | pl->streaming[4] << 1;
     k->bwd_run[pl->fused](pl->base[3] + off[3] * es, pl->base[4] + off[4] * es, pl->base[0] + off[0] * es,
-                          pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming);
+                          pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming, &next);
   } else {
     k->fwd_run[pl->fused](pl->base[2] + off[2] * es, pl->base[0] + off[0] * es, pl->base[1] + off[1] * es,
-                          len, pl->streaming[2] | prefetch);
+                          len, pl->streaming[2], &next);
+  }
+}
+
+/* From the start of one row (odometer c over the outer dims, offsets off) to the next. */
+static void zg_next_row(const zg_plan *pl, int64_t *c, int64_t *off) {
+  for (int d = pl->ndim - 2; d >= 0; d--) {
+    c[d]++;
+    for (int t = 0; t < pl->nt; t++) off[t] += pl->stride[t][d];
+    if (c[d] < pl->size[d]) return;
+    c[d] = 0;
+    for (int t = 0; t < pl->nt; t++) off[t] -= pl->size[d] * pl->stride[t][d];
   }
 }
 
@@ -221,8 +233,17 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
       int64_t len = row_len - j;
       if (len > cap - bn) len = cap - bn;
       if (len > end - idx) len = end - idx;
+      /* where the piece after this one starts: on in this row, or at the next row's start */
+      int64_t after[5] = {0}, after_len = row_len - j - len;
+      for (int t = 0; t < nt; t++) after[t] = off[t] + len * pl->stride[t][inner];
+      const int row_done = after_len == 0;
+      if (row_done && idx + len < pl->numel) {
+        for (int t = 0; t < nt; t++) after[t] -= row_len * pl->stride[t][inner];
+        zg_next_row(pl, c, after);
+        after_len = row_len;
+      }
       if (pl->fused >= 0) {
-        zg_run_fused(pl, k, off, len);
+        zg_run_fused(pl, k, off, len, after, after_len);
       } else {
         zg_seg *sg = &seg[nseg++];
         memcpy(sg->off, off, sizeof off);
@@ -231,19 +252,8 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
         bn += (int)len;
       }
       idx += len;
-      j += len;
-      for (int t = 0; t < nt; t++) off[t] += len * pl->stride[t][inner];
-      if (j == row_len && idx < end) { /* next row: odometer over the outer dims */
-        j = 0;
-        for (int t = 0; t < nt; t++) off[t] -= row_len * pl->stride[t][inner];
-        for (int d = inner - 1; d >= 0; d--) {
-          c[d]++;
-          for (int t = 0; t < nt; t++) off[t] += pl->stride[t][d];
-          if (c[d] < pl->size[d]) break;
-          c[d] = 0;
-          for (int t = 0; t < nt; t++) off[t] -= pl->size[d] * pl->stride[t][d];
-        }
-      }
+      j = row_done ? 0 : j + len;
+      memcpy(off, after, sizeof off);
     }
     if (nseg > 0) zg_run_block(pl, k, seg, nseg, bn, stage);
   }

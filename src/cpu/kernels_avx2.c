@@ -583,12 +583,12 @@ static inline __attribute__((always_inline)) void bwd_part_fast(int dt, char *dz
 static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz, void *dos,
                                                                const void *dout, const void *z,
                                                                const void *o, int64_t n,
-                                                               int streaming) {
+                                                               int streaming, const zg_run_next *next) {
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
   int64_t i = 0, head = (streaming & 3) ? head_to_line(pdz, es, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
   for (; i < head; i += 16) {
@@ -597,11 +597,7 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
   }
   i = head;
   for (; i + 16 <= n; i += 16) {
-    if (i * es + 16 * es <= pf_stop) {
-      zg_prefetch_lines((const char *)pd + i * es + pf, 16 * es);
-      zg_prefetch_lines((const char *)pz + i * es + pf, 16 * es);
-      zg_prefetch_lines((const char *)po + i * es + pf, 16 * es);
-    }
+    if (pf) zg_prefetch_ahead(next, pd, pz, po, i * es + pf, n * es, 16 * es);
     bwd_step_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, nt0, nt1);
   }
   if (i < n) bwd_part_fast(dt, pdz + i * es, pdos + i * es, pd + i * es, pz + i * es, po + i * es, n - i);
@@ -627,12 +623,12 @@ static inline __attribute__((always_inline)) void fwd_part_fast(int dt, char *ou
 
 static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out, const void *o,
                                                                const void *z, int64_t n,
-                                                               int streaming) {
+                                                               int streaming, const zg_run_next *next) {
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
   int64_t i = 0, head = (streaming & 3) ? head_to_line(pout, es, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   for (; i < head; i += 16) {
     int64_t m = head - i < 16 ? head - i : 16;
@@ -640,52 +636,47 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
   }
   i = head;
   for (; i + 16 <= n; i += 16) {
-    if (i * es + 16 * es <= pf_stop) {
-      zg_prefetch_lines((const char *)pz + i * es + pf, 16 * es);
-      zg_prefetch_lines((const char *)po + i * es + pf, 16 * es);
-    }
+    if (pf) zg_prefetch_ahead(next, po, pz, 0, i * es + pf, n * es, 16 * es);
     fwd_step_fast(dt, pout + i * es, po + i * es, pz + i * es, nt0);
   }
   if (i < n) fwd_part_fast(dt, pout + i * es, po + i * es, pz + i * es, n - i);
 }
 
 static void bwd_run_bf16(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                         int64_t n, int streaming) {
-  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming);
+                         int64_t n, int streaming, const zg_run_next *next) {
+  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming, next);
 }
 static void bwd_run_f16(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                        int64_t n, int streaming) {
-  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming);
+                        int64_t n, int streaming, const zg_run_next *next) {
+  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming, next);
 }
-static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming) {
-  fwd_run_fast(ZG_BF16, out, o, z, n, streaming);
+static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming,
+                         const zg_run_next *next) {
+  fwd_run_fast(ZG_BF16, out, o, z, n, streaming, next);
 }
-static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming) {
-  fwd_run_fast(ZG_F16, out, o, z, n, streaming);
+static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming,
+                        const zg_run_next *next) {
+  fwd_run_fast(ZG_F16, out, o, z, n, streaming, next);
 }
 
 /* float32: the accurate recipe (two passes per chunk, as bwd_avx2), outputs written straight
  * from registers, non-temporal when streaming; inf/NaN checked per vector (a chunk cannot be
  * redone in place: dout_scaled may already have overwritten dout). */
 static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                        int64_t n, int streaming) {
+                        int64_t n, int streaming, const zg_run_next *next) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
   int64_t head = (streaming & 3) ? head_to_line(pdz, 4, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
-    if (i * 4 + m * 4 <= pf_stop) {
-      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
-        zg_prefetch_lines(pd + i + q + pf / 4, 64);
-        zg_prefetch_lines(pz + i + q + pf / 4, 64);
-        zg_prefetch_lines(po + i + q + pf / 4, 64);
-      }
-    }
+    if (pf)
+      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
+        zg_prefetch_ahead(next, (const char *)pd, (const char *)pz, (const char *)po, (i + q) * 4 + pf, n * 4, 64);
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
       __m256 vdz, vdos, flag = _mm256_setzero_ps();
@@ -705,22 +696,20 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
   }
 }
 
-static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
+static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming,
+                        const zg_run_next *next) {
   float *pout = out;
   const float *pz = z, *po = o;
   int64_t head = (streaming & 3) ? head_to_line(pout, 4, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX2_CHUNK) m = ZG_AVX2_CHUNK;
-    if (i * 4 + m * 4 <= pf_stop) {
-      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
-        zg_prefetch_lines(pz + i + q + pf / 4, 64);
-        zg_prefetch_lines(po + i + q + pf / 4, 64);
-      }
-    }
+    if (pf)
+      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
+        zg_prefetch_ahead(next, (const char *)po, (const char *)pz, 0, (i + q) * 4 + pf, n * 4, 64);
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 8) {
       __m256 flag = _mm256_setzero_ps();

@@ -560,12 +560,12 @@ static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0
 static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz, void *dos,
                                                                const void *dout, const void *z,
                                                                const void *o, int64_t n,
-                                                               int streaming) {
+                                                               int streaming, const zg_run_next *next) {
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
   int64_t i = 0, head = (streaming & 3) ? run_head(pdz, dt, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
   while (i < n) {
@@ -582,11 +582,7 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
       continue;
     }
     for (; i + 32 <= n; i += 32) {
-      if (i * es + 32 * es <= pf_stop) {
-        zg_prefetch_lines((const char *)pd + i * es + pf, 32 * es);
-        zg_prefetch_lines((const char *)pz + i * es + pf, 32 * es);
-        zg_prefetch_lines((const char *)po + i * es + pf, 32 * es);
-      }
+      if (pf) zg_prefetch_ahead(next, pd, pz, po, i * es + pf, n * es, 32 * es);
       v32f d = ld32(dt, pd + i * es, ~0u), zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u);
       v32f rdz, rdos;
       v16_bwd_fast(dt == ZG_BF16, d.a, zz.a, oo.a, &rdz.a, &rdos.a);
@@ -599,12 +595,12 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
 
 static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out, const void *o,
                                                                const void *z, int64_t n,
-                                                               int streaming) {
+                                                               int streaming, const zg_run_next *next) {
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
   int64_t i = 0, head = (streaming & 3) ? run_head(pout, dt, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * es, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   while (i < n) {
     int64_t m = i < head ? head - i : n - i;
@@ -618,10 +614,7 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
       continue;
     }
     for (; i + 32 <= n; i += 32) {
-      if (i * es + 32 * es <= pf_stop) {
-        zg_prefetch_lines((const char *)pz + i * es + pf, 32 * es);
-        zg_prefetch_lines((const char *)po + i * es + pf, 32 * es);
-      }
+      if (pf) zg_prefetch_ahead(next, po, pz, 0, i * es + pf, n * es, 32 * es);
       v32f zz = ld32(dt, pz + i * es, ~0u), oo = ld32(dt, po + i * es, ~0u), r;
       r.a = v16_fwd_fast(dt == ZG_BF16, oo.a, zz.a);
       r.b = v16_fwd_fast(dt == ZG_BF16, oo.b, zz.b);
@@ -634,24 +627,20 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
  * straight from registers, non-temporal when streaming; inf/NaN checked per vector (a
  * chunk cannot be redone in place: dout_scaled may already have overwritten dout). */
 static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                        int64_t n, int streaming) {
+                        int64_t n, int streaming, const zg_run_next *next) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
   int64_t head = (streaming & 3) ? run_head(pdz, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
-    if (i * 4 + m * 4 <= pf_stop) {
-      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
-        zg_prefetch_lines(pd + i + q + pf / 4, 64);
-        zg_prefetch_lines(pz + i + q + pf / 4, 64);
-        zg_prefetch_lines(po + i + q + pf / 4, 64);
-      }
-    }
+    if (pf)
+      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
+        zg_prefetch_ahead(next, (const char *)pd, (const char *)pz, (const char *)po, (i + q) * 4 + pf, n * 4, 64);
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 16) {
       __m512 vdz, vdos, flag = _mm512_setzero_ps();
@@ -675,22 +664,20 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
   }
 }
 
-static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming) {
+static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int streaming,
+                        const zg_run_next *next) {
   float *pout = out;
   const float *pz = z, *po = o;
   int64_t head = (streaming & 3) ? run_head(pout, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * 4, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
   for (int64_t i = 0; i < n;) {
     int64_t m = i < head ? head - i : n - i;
     if (m > ZG_AVX512_CHUNK) m = ZG_AVX512_CHUNK;
-    if (i * 4 + m * 4 <= pf_stop) {
-      for (int64_t q = 0; q < m; q += 16) { /* one line of each input in turn */
-        zg_prefetch_lines(pz + i + q + pf / 4, 64);
-        zg_prefetch_lines(po + i + q + pf / 4, 64);
-      }
-    }
+    if (pf)
+      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
+        zg_prefetch_ahead(next, (const char *)po, (const char *)pz, 0, (i + q) * 4 + pf, n * 4, 64);
     exp_pass(e, elo, pz + i, m);
     for (int64_t j = 0; j < m; j += 16) {
       __m512 flag = _mm512_setzero_ps();
@@ -711,8 +698,8 @@ static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int 
 }
 
 static void bwd_run_bf16(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                         int64_t n, int streaming) {
-  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming);
+                         int64_t n, int streaming, const zg_run_next *next) {
+  bwd_run_fast(ZG_BF16, dz, dos, dout, z, o, n, streaming, next);
 }
 
 /* bfloat16 with AVX512_BF16 (Zen 4, Sapphire Rapids): VCVTNE2PS2BF16 narrows 32 floats in
@@ -739,25 +726,21 @@ ZG_TARGET_BF16 static inline __m512i v32_bf16_interleave(__m512 even, __m512 odd
 static inline __mmask16 v16_not_normal_or_zero(__m512 v) { return _mm512_fpclass_ps_mask(v, 0xb9); }
 
 ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                             int64_t n, int streaming) {
+                             int64_t n, int streaming, const zg_run_next *next) {
   uint16_t *pdz = dz, *pdos = dos;
   const uint16_t *pd = dout, *pz = z, *po = o;
   int64_t head = (streaming & 3) ? run_head(pdz, ZG_BF16, n) : 0, pf = zg_cpu_prefetch();
-  const int64_t pf_stop = zg_prefetch_stop(n * 2, pf, streaming);
+  if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
   /* word j of the packed pair: even element j/2 (low half) or odd element j/2 (high half) */
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  if (head > 0) bwd_run_fast(ZG_BF16, pdz, pdos, pd, pz, po, head, 0);
+  if (head > 0) bwd_run_fast(ZG_BF16, pdz, pdos, pd, pz, po, head, 0, 0);
   int64_t i = head;
   for (; i + 32 <= n; i += 32) {
     __m512 de, dd, ze, zd, oe, od, dze, dzo, dose, doso, s, oms;
-    if (i * 2 + 64 <= pf_stop) {
-      zg_prefetch_lines((const char *)pd + i * 2 + pf, 64);
-      zg_prefetch_lines((const char *)pz + i * 2 + pf, 64);
-      zg_prefetch_lines((const char *)po + i * 2 + pf, 64);
-    }
+    if (pf) zg_prefetch_ahead(next, (const char *)pd, (const char *)pz, (const char *)po, i * 2 + pf, n * 2, 64);
     ld32_eo(pd + i, &de, &dd);
     ld32_eo(pz + i, &ze, &zd);
     ld32_eo(po + i, &oe, &od);
@@ -765,7 +748,7 @@ ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dou
     v16_bwd_fast_raw(1, dd, zd, od, &dzo, &doso, &s, &oms);
     if (__builtin_expect((v16_not_normal_or_zero(dze) | v16_not_normal_or_zero(dose) |
                           v16_not_normal_or_zero(dzo) | v16_not_normal_or_zero(doso)) != 0, 0)) {
-      bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, 32, 0);
+      bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, 32, 0, 0);
       continue;
     }
     __m512i wdz = v32_bf16_interleave(dze, dzo, idx), wdos = v32_bf16_interleave(dose, doso, idx);
@@ -774,18 +757,20 @@ ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dou
     if (nt1) _mm512_stream_si512((void *)(pdos + i), wdos);
     else _mm512_storeu_si512(pdos + i, wdos);
   }
-  if (i < n) bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, n - i, 0);
+  if (i < n) bwd_run_fast(ZG_BF16, pdz + i, pdos + i, pd + i, pz + i, po + i, n - i, 0, 0);
 }
 #undef ZG_TARGET_BF16
 static void bwd_run_f16(void *dz, void *dos, const void *dout, const void *z, const void *o,
-                        int64_t n, int streaming) {
-  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming);
+                        int64_t n, int streaming, const zg_run_next *next) {
+  bwd_run_fast(ZG_F16, dz, dos, dout, z, o, n, streaming, next);
 }
-static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming) {
-  fwd_run_fast(ZG_BF16, out, o, z, n, streaming);
+static void fwd_run_bf16(void *out, const void *o, const void *z, int64_t n, int streaming,
+                         const zg_run_next *next) {
+  fwd_run_fast(ZG_BF16, out, o, z, n, streaming, next);
 }
-static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming) {
-  fwd_run_fast(ZG_F16, out, o, z, n, streaming);
+static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int streaming,
+                        const zg_run_next *next) {
+  fwd_run_fast(ZG_F16, out, o, z, n, streaming, next);
 }
 
 /* ---- the table -------------------------------------------------------------------------- */

@@ -251,6 +251,16 @@ static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o,
   free(f);
 }
 
+/* A run's `next` for a piece ending at element `end` of RN: none, the true continuation, or
+ * one somewhere else (prefetch must never change a result, wherever it points). */
+static const zg_run_next *random_next(zg_run_next *nx, const char *const in[3], int64_t end, int64_t es) {
+  const int64_t kind = (int64_t)(next_u64() % 3);
+  if (kind == 0) return NULL;
+  for (int t = 0; t < 3; t++) nx->in[t] = in[t] ? in[t] + (kind == 1 ? end : 0) * es : NULL;
+  nx->bytes = (kind == 1 ? RN - end : (int64_t)(next_u64() % (RN + 1))) * es;
+  return nx;
+}
+
 static void check_runs(const zg_cpu_kernels *k, const char *what) {
   for (int t = ZG_F32; t <= ZG_BF16; t++) {
     if (!k->bwd_run[t] && !k->fwd_run[t]) continue;
@@ -271,14 +281,16 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
         /* bfloat16 runs use the recipe's bfloat16 variant, which staging (bwd16, for any
          * 16-bit output) does not: there the reference is one whole run, checked against
          * the policy by test_fast_recipe_policy and, end to end, by test_accuracy */
-        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->bwd_run[t](rdz, rdos, d, zz, oo, RN, 0);
+        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->bwd_run[t](rdz, rdos, d, zz, oo, RN, 0, NULL);
         else staged_bwd(k, t, rdz, rdos, d, zz, oo, RN);
         memset(got, 0x5a, 3 * (RN + pad) * es);
-        int streaming = (int)(next_u64() % 16); /* bits 0-1 non-temporal, 2-3 prefetch flags */
+        int streaming = (int)(next_u64() % 4); /* non-temporal stores */
         for (int64_t i = 0; i < RN;) { /* random splits, as rows and items would make */
           int64_t m = 1 + (int64_t)(next_u64() % 700);
           if (i + m > RN) m = RN - i;
-          k->bwd_run[t](gdz + i * es, gdos + i * es, d + i * es, zz + i * es, oo + i * es, m, streaming);
+          zg_run_next nx;
+          k->bwd_run[t](gdz + i * es, gdos + i * es, d + i * es, zz + i * es, oo + i * es, m, streaming,
+                        random_next(&nx, (const char *[]){d, zz, oo}, i + m, es));
           i += m;
         }
         _mm_sfence();
@@ -289,19 +301,21 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
         char *copy = malloc(RN * es);
         assert_non_null(copy);
         memcpy(copy, d, RN * es);
-        k->bwd_run[t](gdz, d, d, zz, oo, RN, 3);
+        k->bwd_run[t](gdz, d, d, zz, oo, RN, 3, NULL);
         _mm_sfence();
         assert_same(t, rdos, d, RN);
         memcpy(d, copy, RN * es);
         free(copy);
       }
       if (k->fwd_run[t]) {
-        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->fwd_run[t](rout, oo, zz, RN, 0);
+        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->fwd_run[t](rout, oo, zz, RN, 0, NULL);
         else staged_fwd(k, t, rout, oo, zz, RN);
         for (int64_t i = 0; i < RN;) {
           int64_t m = 1 + (int64_t)(next_u64() % 700);
           if (i + m > RN) m = RN - i;
-          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2) | (int)(next_u64() % 3) * 4);
+          zg_run_next nx;
+          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2),
+                        random_next(&nx, (const char *[]){oo, zz, NULL}, i + m, es));
           i += m;
         }
         _mm_sfence();
@@ -331,8 +345,8 @@ static void test_fused_runs(void **state) {
       if (rep % 2) /* results in float32's subnormal range: z far below -87 */
         for (int64_t i = 0; i < RN; i++) in[RN + i] = zg_f32_to_bf16((float)unif(-104, -86));
       int64_t off = (int64_t)(next_u64() % 32);
-      avx512_kernels.bwd_run[ZG_BF16](a, a + RN, in + off, in + RN, in + 2 * RN, RN - off, 0);
-      avx512_bf16_kernels.bwd_run[ZG_BF16](b, b + RN, in + off, in + RN, in + 2 * RN, RN - off, 0);
+      avx512_kernels.bwd_run[ZG_BF16](a, a + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
+      avx512_bf16_kernels.bwd_run[ZG_BF16](b, b + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
       assert_same(ZG_BF16, a, b, RN - off);
       assert_same(ZG_BF16, a + RN, b + RN, RN - off);
     }
