@@ -3,6 +3,7 @@
  * percentage of a ceiling measured in the same run on the same number of bytes (CPU: a
  * streaming 3-read-2-write kernel with non-temporal stores on the same threads; CUDA: a
  * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -204,11 +205,23 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
   r->median_s = median(t, reps);
   r->min_s = t[0];
 
-  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written. */
+  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written. The
+   * backward's own five buffers when each holds that many bytes (the memory zgate was just
+   * timed on: on a VM, where guest pages land can change a stream's bandwidth by 20%,
+   * perf-notes entry 50), else fresh ones (the forward; in place; mixed dtypes). */
   size_t each = ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63;
-  void *a[5] = {0};
+  void *a[5] = {0}, *own[5] = {b[CLI_DOUT].host, b[CLI_Z].host, b[CLI_O].host, b[CLI_DZ].host, dos->host};
+  int use_own = r->op[0] == 'b' && dos != &b[CLI_DOUT];
+  for (int i = 0; i < 5 && use_own; i++) {
+    const cli_buf *bi = i == 4 ? dos : &b[i];
+    use_own = own[i] && ((uintptr_t)own[i] & 15u) == 0 && (size_t)bi->nslots * (size_t)bi->esize >= each;
+  }
   int ok = 1;
   for (int i = 0; i < 5; i++) {
+    if (use_own) {
+      a[i] = own[i];
+      continue;
+    }
     a[i] = aligned_alloc(64, each ? each : 64);
     if (!a[i]) ok = 0;
     else memset(a[i], i * 17 + 1, each); /* first touch outside the timing */
@@ -226,7 +239,8 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
   } else {
     snprintf(r->error, sizeof r->error, "out of memory for the ceiling buffers");
   }
-  for (int i = 0; i < 5; i++) free(a[i]);
+  if (!use_own)
+    for (int i = 0; i < 5; i++) free(a[i]);
   free(t);
 }
 
