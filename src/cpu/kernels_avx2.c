@@ -554,6 +554,10 @@ static inline __attribute__((always_inline)) void st16(int dt, void *p, v16f v, 
 }
 
 static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
+/* The head of a backward run: up to the line of dz when it streams, else of dout_scaled. */
+static inline int64_t stream_head(int streaming, const void *dz, const void *dos, int64_t es, int64_t n) {
+  return streaming ? head_to_line(streaming & 1 ? dz : dos, es, n) : 0;
+}
 
 /* One step of the bwd run: 16 elements at byte offset i*es of each tensor. */
 static inline __attribute__((always_inline)) void bwd_step_fast(int dt, char *dz, char *dos,
@@ -587,7 +591,7 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
-  int64_t i = 0, head = (streaming & 3) ? head_to_line(pdz, es, n) : 0, pf = zg_cpu_prefetch();
+  int64_t i = 0, head = stream_head(streaming, pdz, pdos, es, n), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
@@ -627,7 +631,7 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
-  int64_t i = 0, head = (streaming & 3) ? head_to_line(pout, es, n) : 0, pf = zg_cpu_prefetch();
+  int64_t i = 0, head = (streaming & 1) ? head_to_line(pout, es, n) : 0, pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   for (; i < head; i += 16) {
@@ -666,7 +670,7 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
                         int64_t n, int streaming, const zg_run_next *next) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
-  int64_t head = (streaming & 3) ? head_to_line(pdz, 4, n) : 0, pf = zg_cpu_prefetch();
+  int64_t head = stream_head(streaming, pdz, pdos, 4, n), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
@@ -700,7 +704,7 @@ static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int 
                         const zg_run_next *next) {
   float *pout = out;
   const float *pz = z, *po = o;
-  int64_t head = (streaming & 3) ? head_to_line(pout, 4, n) : 0, pf = zg_cpu_prefetch();
+  int64_t head = (streaming & 1) ? head_to_line(pout, 4, n) : 0, pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(32) float e[ZG_AVX2_CHUNK], elo[ZG_AVX2_CHUNK];

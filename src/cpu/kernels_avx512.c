@@ -556,6 +556,10 @@ static inline int64_t run_head(const void *dst, int dt, int64_t n) {
   return head_to_line(dst, dt == ZG_F32 ? 4 : 2, n);
 }
 static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
+/* The head of a backward run: up to the line of dz when it streams, else of dout_scaled. */
+static inline int64_t stream_head(int streaming, const void *dz, const void *dos, int dt, int64_t n) {
+  return streaming ? run_head(streaming & 1 ? dz : dos, dt, n) : 0;
+}
 
 static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz, void *dos,
                                                                const void *dout, const void *z,
@@ -564,7 +568,7 @@ static inline __attribute__((always_inline)) void bwd_run_fast(int dt, void *dz,
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pdz = dz, *pdos = dos;
   const char *pd = dout, *pz = z, *po = o;
-  int64_t i = 0, head = (streaming & 3) ? run_head(pdz, dt, n) : 0, pf = zg_cpu_prefetch();
+  int64_t i = 0, head = stream_head(streaming, pdz, pdos, dt, n), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head * es);
   int nt1 = (streaming & 2) && line_aligned(pdos + head * es);
@@ -599,7 +603,7 @@ static inline __attribute__((always_inline)) void fwd_run_fast(int dt, void *out
   const int64_t es = dt == ZG_F32 ? 4 : 2;
   char *pout = out;
   const char *pz = z, *po = o;
-  int64_t i = 0, head = (streaming & 3) ? run_head(pout, dt, n) : 0, pf = zg_cpu_prefetch();
+  int64_t i = 0, head = (streaming & 1) ? run_head(pout, dt, n) : 0, pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head * es);
   while (i < n) {
@@ -630,7 +634,7 @@ static void bwd_run_f32(void *dz, void *dos, const void *dout, const void *z, co
                         int64_t n, int streaming, const zg_run_next *next) {
   float *pdz = dz, *pdos = dos;
   const float *pd = dout, *pz = z, *po = o;
-  int64_t head = (streaming & 3) ? run_head(pdz, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
+  int64_t head = stream_head(streaming, pdz, pdos, ZG_F32, n), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
@@ -668,7 +672,7 @@ static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int 
                         const zg_run_next *next) {
   float *pout = out;
   const float *pz = z, *po = o;
-  int64_t head = (streaming & 3) ? run_head(pout, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
+  int64_t head = (streaming & 1) ? run_head(pout, ZG_F32, n) : 0, pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pout + head);
   _Alignas(64) float e[ZG_AVX512_CHUNK], elo[ZG_AVX512_CHUNK];
@@ -729,7 +733,7 @@ ZG_TARGET_BF16 static void bwd_run_bf16_cvt(void *dz, void *dos, const void *dou
                              int64_t n, int streaming, const zg_run_next *next) {
   uint16_t *pdz = dz, *pdos = dos;
   const uint16_t *pd = dout, *pz = z, *po = o;
-  int64_t head = (streaming & 3) ? run_head(pdz, ZG_BF16, n) : 0, pf = zg_cpu_prefetch();
+  int64_t head = stream_head(streaming, pdz, pdos, ZG_BF16, n), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
   int nt0 = (streaming & 1) && line_aligned(pdz + head);
   int nt1 = (streaming & 2) && line_aligned(pdos + head);
