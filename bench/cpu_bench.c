@@ -19,7 +19,8 @@
  * machine; compare loadavg (printed) with the core count.
  *
  *   zgate_cpu_bench [--n N] [--threads T] [--repeats R] [--isa NAME] [--dtype f32,bf16,f16]
- *                   [--op bwd,fwd] [--layout dense,proj] [--d-in-proj P] [--no-plain]
+ *                   [--op bwd,fwd] [--layout dense,proj] [--d-in-proj P] [--offset B]
+ *                   [--no-plain]
  */
 #include <errno.h>
 #include <math.h>
@@ -53,6 +54,7 @@ typedef struct bench_opts {
   const char *layouts;
   int64_t d_in_proj;
   int plain;
+  int64_t offset;     /* bytes past a 4096-byte boundary where every buffer starts */
 } bench_opts;
 
 static int has_word(const char *list, const char *w) {
@@ -66,9 +68,11 @@ static void usage(void) {
   fprintf(stderr,
           "usage: zgate_cpu_bench [--n N] [--threads T] [--repeats R] [--isa scalar|avx2|avx512|neon]\n"
           "                       [--dtype f32,bf16,f16] [--op bwd,fwd] [--layout dense,proj]\n"
-          "                       [--d-in-proj P] [--no-plain]\n"
+          "                       [--d-in-proj P] [--offset B] [--no-plain]\n"
           "defaults: --n 67108864 --repeats 9 --dtype f32,bf16 --op bwd,fwd --layout dense,proj\n"
-          "          --d-in-proj 4352 (Z rows of H*D = 2048 contiguous elements, then a jump)\n");
+          "          --d-in-proj 4352 (Z rows of H*D = 2048 contiguous elements, then a jump)\n"
+          "          --offset 0: every buffer starts B bytes (a multiple of 16 below 4096) past a\n"
+          "          page, e.g. 16 as numpy's large arrays do; PyTorch's are 64-byte aligned\n");
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -250,6 +254,7 @@ typedef struct bench_case {
   void *buf[5];   /* bwd: dout z o dz dos; fwd: o z out */
   void *zproj;    /* the projection buffer Z views, when proj */
   int64_t d_in_proj;
+  void *alloc[6]; /* what xalloc returned: buf[] and zproj sit `--offset` bytes into these */
 } bench_case;
 
 static void make_tensor(DLTensor *t, void *data, const bench_case *c, int64_t *strides) {
@@ -413,7 +418,7 @@ static void print_machine(void) {
 }
 
 int main(int argc, char **argv) {
-  bench_opts bo = {(int64_t)64 << 20, 0, 9, NULL, "f32,bf16", "bwd,fwd", "dense,proj", 4352, 1};
+  bench_opts bo = {(int64_t)64 << 20, 0, 9, NULL, "f32,bf16", "bwd,fwd", "dense,proj", 4352, 1, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t x;
@@ -429,6 +434,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--op")) bo.ops = v;
     else if (!strcmp(a, "--layout")) bo.layouts = v;
     else if (!strcmp(a, "--d-in-proj") && parse_i64(v, &x) && x > 0) bo.d_in_proj = x;
+    else if (!strcmp(a, "--offset") && parse_i64(v, &x) && x >= 0 && x < 4096 && x % 16 == 0) bo.offset = x;
     else { usage(); return 1; }
   }
   if (bo.isa && !zgate_cpu_isa_available(bo.isa)) {
@@ -437,6 +443,7 @@ int main(int argc, char **argv) {
     return 4;
   }
   print_machine();
+  printf("buffers: each starts %lld bytes past a 4096-byte boundary\n", (long long)bo.offset);
 
   /* (B, L, H, D) = (1, L, 32, 64): H*D = 2048 per token, as a Mamba-3 layer of d_model 1024 */
   const int64_t H = 32, D = 64;
@@ -458,11 +465,13 @@ int main(int argc, char **argv) {
     c.shape[0] = 1; c.shape[1] = L; c.shape[2] = H; c.shape[3] = D;
     c.d_in_proj = bo.d_in_proj;
     for (int t = 0; t < 5; t++) {
-      c.buf[t] = xalloc((size_t)n * es);
+      c.alloc[t] = xalloc((size_t)n * es + (size_t)bo.offset);
+      c.buf[t] = (char *)c.alloc[t] + bo.offset;
       fill(c.buf[t], c.bits, c.bf16, n, t == 0 ? 0 : t == 1 ? 1 : 2, bo.threads);
     }
     if (has_word(bo.layouts, "proj")) {
-      c.zproj = xalloc((size_t)L * (size_t)bo.d_in_proj * es);
+      c.alloc[5] = xalloc((size_t)L * (size_t)bo.d_in_proj * es + (size_t)bo.offset);
+      c.zproj = (char *)c.alloc[5] + bo.offset;
       fill(c.zproj, c.bits, c.bf16, L * bo.d_in_proj, 1, bo.threads);
     }
     for (int op = 1; op >= 0; op--) {
@@ -484,8 +493,7 @@ int main(int argc, char **argv) {
         }
       }
     }
-    for (int t = 0; t < 5; t++) free(c.buf[t]);
-    free(c.zproj);
+    for (int t = 0; t < 6; t++) free(c.alloc[t]);
   }
   return 0;
 }

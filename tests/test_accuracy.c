@@ -25,12 +25,14 @@ enum {
   L_BCAST,         /* inputs with zero strides (broadcast); outputs dense */
   L_INPLACE,       /* dout_scaled is dout */
   L_ZPROJ_INPLACE, /* the common real case: projection z, in place dout */
+  L_LAST_OUT_LB,   /* compact, but the last output in memory order (L, B, H, D): the outputs'
+                    * rows follow each other in different orders */
   L_COUNT,
   L_MIXED = L_COUNT /* each tensor its own layout (acc_case.lay), z maybe a projection view */
 };
 static const char *const layout_names[L_COUNT + 1] = {"dense", "byte_offset", "zproj", "permuted",
                                                       "padded", "broadcast", "inplace",
-                                                      "zproj+inplace", "mixed"};
+                                                      "zproj+inplace", "last-output-LB", "mixed"};
 
 typedef struct acc_case {
   int fwd;
@@ -137,6 +139,10 @@ static int run_case(acc_case *c) {
       int64_t P = 2 * H * D + 7, c0 = H * D + 3; /* other projection columns around z */
       st[3] = 1; st[2] = D; st[1] = P; st[0] = sh[1] * P;
       extra = (size_t)(c0 * esize);
+      strides = st;
+    } else if (lay == L_LAST_OUT_LB && i == nt - 1) {
+      static const int lb[4] = {1, 0, 2, 3};
+      strides_for_order(sh, lb, st);
       strides = st;
     } else if (lay == L_PERMUTED) {
       strides_for_order(sh, perms[(i + (int)g_run.counter) % 6], st);
@@ -356,26 +362,30 @@ static void test_random_layouts(void **state) {
 /* Large problems: the multi-threaded split and the streaming-store path (outputs of 4 MiB
  * and more), with odd sizes so every thread's range has a tail. Rows of 1089 elements start
  * at every place within a cache line, items end inside rows, and the outputs either share
- * their place within a line or mostly do not (then each run's head reaches the line of the
- * first output that streams, and the other is stored without streaming). */
+ * their place within a line (the loop driver's shared-line step, cpu_loop.c step 5) or
+ * mostly do not (its fallback); with the last output in (L, B, H, D) order a thread's row
+ * pieces stop continuing each other in it at every row. */
 static void test_large(void **state) {
   (void)state;
   if (zt_quick()) {
     printf("quick mode: large cases skipped\n");
     return;
   }
-  static const int64_t shape[4] = {1, 2047, 9, 121};
-  static const int layouts[3] = {L_DENSE, L_ZPROJ_INPLACE, L_ZPROJ};
+  /* 2.2M elements, 4.5 MB in 16 bits; rows of 1089, or for the (L, B) order rows of 704 (11
+   * lines of bfloat16), which start at the same place within a line, so that pieces that
+   * do not continue each other still get the shared-line step */
+  static const int64_t shape[4] = {3, 683, 9, 121}, shape_lb[4] = {3, 1024, 11, 64};
+  static const int layouts[4] = {L_DENSE, L_ZPROJ_INPLACE, L_ZPROJ, L_LAST_OUT_LB};
   int64_t before = g_run.failed;
   for (int fwd = 0; fwd < 2; fwd++)
     for (int t = 0; t < 3; t++)
-      for (int l = 0; l < 3; l++)
+      for (int l = 0; l < 4; l++)
         for (int same = 0; same < 2; same++) {
-          if (fwd && l == 1) continue; /* the forward has no in place */
+          if (fwd && (l == 1 || l == 3)) continue; /* no in place; one output */
           if (t == 1 && l == 0) continue; /* float16 adds nothing dense that bfloat16 does not */
           acc_case c = {0};
           c.fwd = fwd;
-          memcpy(c.shape, shape, sizeof c.shape);
+          memcpy(c.shape, l == 3 ? shape_lb : shape, sizeof c.shape);
           c.layout = layouts[l];
           c.same_lead = same;
           for (int i = 0; i < 5; i++) c.dt[i] = zt_dtypes[t];

@@ -43,10 +43,13 @@ typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n)
  * run on into the piece the loop driver hands out next: the rest of a dense problem, or the
  * next row of Z as a projection view, which is not where the run ends. in[] is in the order
  * of the run's input parameters (bwd: dout, z, o; fwd: o, z). Prefetch never changes a
- * result; it must never fetch more than `bytes` past the run's end. */
+ * result; it must never fetch more than `run_on` bytes past the run's end, nor more than
+ * `bytes` past in[]. */
 typedef struct zg_run_next {
   const char *in[3];
-  int64_t bytes; /* of each input that follow there (0 = none) */
+  int64_t bytes;  /* of each input that follow there (0 = none) */
+  int64_t run_on; /* bytes that continue each input right after the run's end, before in[]
+                   * (a piece the loop driver handles itself: step 5 of cpu_loop.c) */
 } zg_run_next;
 typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
                               const void *o, int64_t n, int streaming, const zg_run_next *next);
@@ -67,6 +70,11 @@ typedef struct zg_cpu_kernels {
    * accurate one for float32, the cheap one for the 16-bit types). */
   zg_bwd_run_fn bwd_run[3];
   zg_fwd_run_fn fwd_run[3];
+  /* Optional (NULL = this path never stores non-temporally): one 64-byte line from a
+   * 64-byte-aligned buffer to a 64-byte-aligned destination by non-temporal stores. The
+   * loop driver writes with it the output lines that two row pieces share (cpu_loop.c,
+   * step 5). */
+  void (*stream_line)(void *dst, const void *src);
 } zg_cpu_kernels;
 
 /* Software prefetch distance of the fused runs, in bytes (0 = none), chosen once per process
@@ -79,8 +87,9 @@ int64_t zg_cpu_prefetch(void);
 
 /* The fused runs' prefetch: for each input (c may be NULL), the `len` bytes (whole lines)
  * starting `at` bytes into the run's input stream, where `at` is the current offset plus the
- * distance. While at < end (the run's bytes) that is in the run itself, then in `next` for
- * as many bytes as follow there, then nothing. One compare a step in the common case.
+ * distance. While at < end (the run's bytes, plus next->run_on) that is in the run itself
+ * and what continues it, then in `next` for as many bytes as follow there, then nothing.
+ * One compare a step in the common case.
  * always_inline: gcc 12 finds a function that only prefetches "const" and deletes the calls
  * to it when it is not inlined early (it dropped every prefetch of the float32 runs). */
 #define ZG_PREFETCH_INLINE static inline __attribute__((always_inline))
@@ -93,6 +102,7 @@ ZG_PREFETCH_INLINE void zg_prefetch_lines3(const char *a, const char *b, const c
 }
 ZG_PREFETCH_INLINE void zg_prefetch_ahead(const zg_run_next *next, const char *a, const char *b, const char *c,
                                      int64_t at, int64_t end, int64_t len) {
+  end += next->run_on;
   if (at < end)
     zg_prefetch_lines3(a + at, b + at, c ? c + at : 0, len);
   else if (at - end < next->bytes)
@@ -101,7 +111,7 @@ ZG_PREFETCH_INLINE void zg_prefetch_ahead(const zg_run_next *next, const char *a
 }
 #undef ZG_PREFETCH_INLINE
 /* What a run without a `next` uses (nothing follows). */
-static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0};
+static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0, 0};
 
 /* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built
  * from the ZGATE_HAVE_* macros. */

@@ -20,6 +20,10 @@
  *    least ZG_FUSED_MIN_ROW long (dense tensors; Z as an input-projection view): each row
  *    piece of an item goes straight to the run kernel, which widens, computes and narrows
  *    in registers. The choice depends on the problem only (step 2's rule holds).
+ * 5. Shared output lines, in step 4, for outputs written non-temporally: where a row piece
+ *    does not start on a cache line (Z as a projection view, dz and dout_scaled dense but
+ *    not 64-byte aligned), the line it shares with the previous piece is assembled on the
+ *    thread and streamed whole (zg_carry), instead of written by ordinary stores twice.
  */
 #include <string.h>
 
@@ -53,6 +57,7 @@ typedef struct zg_plan {
   int streaming[5];
   int64_t numel;
   int fused;               /* dtype of all tensors when step 4 applies, else -1 */
+  int carry;               /* step 5 applies: fused, a streaming output, the ISA streams */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
@@ -131,6 +136,9 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   pl->fwd = out16 && kt->fwd16 ? kt->fwd16 : kt->fwd;
   int has_run = pl->n_in == 3 ? kt->bwd_run[pl->dtype[0]] != NULL : kt->fwd_run[pl->dtype[0]] != NULL;
   pl->fused = same && contiguous && has_run && pl->size[n - 1] >= ZG_FUSED_MIN_ROW ? pl->dtype[0] : -1;
+  int any_streaming = 0;
+  for (int t = pl->n_in; t < pl->nt; t++) any_streaming |= pl->streaming[t];
+  pl->carry = pl->fused >= 0 && any_streaming && kt->stream_line != NULL;
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -179,21 +187,121 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
   }
 }
 
-/* Step 4: one run kernel call per row piece (all tensors contiguous along the row). `nx` is
- * where the inputs go on after the piece and `nx_len` how many elements follow there (0 =
- * none), for the run's prefetching (cpu_kernels.h). */
-static void zg_run_fused(const zg_plan *pl, const zg_cpu_kernels *k, const int64_t *off, int64_t len,
-                         const int64_t *nx, int64_t nx_len) {
+/* Step 4: one run kernel call over n elements: inputs in[], outputs out[] (bwd: dout, z,
+ * o -> dz, dout_scaled; fwd: o, z -> out). */
+static void zg_call_run(const zg_plan *pl, const zg_cpu_kernels *k, const char *const *in, char *const *out,
+                        int64_t n, int streaming, const zg_run_next *next) {
+  if (pl->n_in == 3)
+    k->bwd_run[pl->fused](out[0], out[1], in[0], in[1], in[2], n, streaming, next);
+  else
+    k->fwd_run[pl->fused](out[0], in[0], in[1], n, streaming, next);
+}
+
+/* Step 5: the output line that a thread's row piece leaves unfinished, kept for the piece
+ * that continues it. Written piecewise, each such line cost ordinary stores (a read of the
+ * line first) and two partial vector steps per row, which left the rows of Z as a view with
+ * outputs 16 bytes off a line (numpy's large arrays) 8-10 points below aligned ones
+ * (docs/perf-notes.md, CPU entry 51). Here the inputs of the line are gathered from the two
+ * pieces, computed by one whole vector step and streamed. A line the thread does not finish (its items end, the next
+ * piece does not continue it) is computed from what was gathered and written with ordinary
+ * stores, only those elements. Results do not depend on it: the same run kernel computes
+ * every element, wherever the pieces are cut (cpu_kernels.h). */
+typedef struct zg_carry {
+  _Alignas(64) unsigned char in[3][64];  /* the line's inputs gathered so far */
+  _Alignas(64) unsigned char out[2][64]; /* its outputs, before they are streamed */
+  char *dst[2];                          /* where the line is in each output */
+  int64_t fill;                          /* elements gathered (0 = no line pending) */
+} zg_carry;
+
+/* Computes the pending line's `fill` elements; streams it when whole, else stores them. */
+static void zg_carry_flush(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *cr) {
+  if (cr->fill == 0) return;
   const int64_t es = pl->esize[0];
-  zg_run_next next = {{0, 0, 0}, nx_len * es};
-  for (int t = 0; t < pl->n_in; t++) next.in[t] = pl->base[t] + nx[t] * es;
-  if (pl->n_in == 3) {
-    int streaming = pl->streaming[3] | pl->streaming[4] << 1;
-    k->bwd_run[pl->fused](pl->base[3] + off[3] * es, pl->base[4] + off[4] * es, pl->base[0] + off[0] * es,
-                          pl->base[1] + off[1] * es, pl->base[2] + off[2] * es, len, streaming, &next);
-  } else {
-    k->fwd_run[pl->fused](pl->base[2] + off[2] * es, pl->base[0] + off[0] * es, pl->base[1] + off[1] * es,
-                          len, pl->streaming[2], &next);
+  const char *in[3] = {(char *)cr->in[0], (char *)cr->in[1], (char *)cr->in[2]};
+  const int no = pl->nt - pl->n_in;
+  char *out[2];
+  for (int o = 0; o < no; o++) out[o] = pl->streaming[pl->n_in + o] ? (char *)cr->out[o] : cr->dst[o];
+  zg_call_run(pl, k, in, out, cr->fill, 0, NULL);
+  for (int o = 0; o < no; o++) {
+    if (!pl->streaming[pl->n_in + o]) continue;
+    if (cr->fill * es == 64)
+      k->stream_line(cr->dst[o], cr->out[o]);
+    else
+      memcpy(cr->dst[o], cr->out[o], (size_t)(cr->fill * es));
+  }
+  cr->fill = 0;
+}
+
+/* Appends n elements of the inputs at in[] to the pending line. */
+static void zg_carry_gather(const zg_plan *pl, zg_carry *cr, const char *const *in, int64_t n) {
+  const int64_t es = pl->esize[0];
+  for (int t = 0; t < pl->n_in; t++) memcpy(cr->in[t] + cr->fill * es, in[t], (size_t)(n * es));
+  cr->fill += n;
+}
+
+/* One row piece of `len` elements at offsets `off` (step 4), with step 5 when cr is not
+ * NULL and every streaming output is at the same place within a line. */
+static void zg_run_piece(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *cr, const int64_t *off,
+                         int64_t len, const zg_run_next *next) {
+  const int no = pl->nt - pl->n_in;
+  const int64_t es = pl->esize[0], per_line = 64 / es;
+  const char *in[3];
+  char *at[2], *to[2];
+  int streaming = 0, phase = -1, same_phase = 1;
+  for (int t = 0; t < pl->n_in; t++) in[t] = pl->base[t] + off[t] * es;
+  for (int o = 0; o < no; o++) {
+    const int t = pl->n_in + o;
+    at[o] = pl->base[t] + off[t] * es;
+    if (!pl->streaming[t]) continue;
+    streaming |= 1 << o;
+    const int ph = (int)((uintptr_t)at[o] & 63u);
+    if (ph % es != 0 || (phase >= 0 && ph != phase)) same_phase = 0;
+    phase = ph;
+  }
+  if (!cr || !same_phase) {
+    if (cr) zg_carry_flush(pl, k, cr);
+    zg_call_run(pl, k, in, at, len, streaming, next);
+    return;
+  }
+  for (int o = 0; o < no && cr->fill > 0; o++)
+    if (at[o] != cr->dst[o] + cr->fill * es) zg_carry_flush(pl, k, cr);
+
+  int64_t i = 0;
+  if (cr->fill > 0) { /* finish the line the previous piece left */
+    i = per_line - cr->fill < len ? per_line - cr->fill : len;
+    zg_carry_gather(pl, cr, in, i);
+    if (cr->fill == per_line) zg_carry_flush(pl, k, cr);
+  } else if (phase != 0) { /* nothing of this thread before it: ordinary stores up to the line */
+    i = (64 - phase) / es < len ? (64 - phase) / es : len;
+    zg_call_run(pl, k, in, at, i, 0, NULL);
+  }
+  const int64_t body = (len - i) / per_line * per_line; /* whole lines, streamed by the run */
+  const char *rest[3];
+  for (int t = 0; t < pl->n_in; t++) rest[t] = in[t] + i * es;
+  if (body > 0) {
+    /* Its prefetch runs on over the rest of the row, then into the next piece from the line
+     * of that piece's first element: the next piece's head is gathered, not run, so no step
+     * would fetch that line otherwise, and a row of Z starts a new stream the hardware
+     * prefetchers do not see coming (perf-notes entry 51). */
+    zg_run_next on = *next;
+    on.run_on = (len - i - body) * es;
+    if (on.bytes > 0) {
+      int64_t back = 0;
+      for (int t = 0; t < pl->n_in; t++) {
+        const int64_t ph = (int64_t)((uintptr_t)next->in[t] & 63u);
+        on.in[t] = next->in[t] - ph;
+        back = ph > back ? ph : back;
+      }
+      on.bytes += back;
+    }
+    for (int o = 0; o < no; o++) to[o] = at[o] + i * es;
+    zg_call_run(pl, k, rest, to, body, streaming, &on);
+    i += body;
+    for (int t = 0; t < pl->n_in; t++) rest[t] += body * es;
+  }
+  if (i < len) { /* the start of a line: gathered for the next piece */
+    for (int o = 0; o < no; o++) cr->dst[o] = at[o] + i * es;
+    zg_carry_gather(pl, cr, rest, len - i);
   }
 }
 
@@ -210,7 +318,7 @@ static void zg_next_row(const zg_plan *pl, int64_t *c, int64_t *off) {
 
 /* Elements [start, end) of the flat index space, in blocks (or fused row pieces). */
 static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
-                        float (*stage)[ZG_CPU_BLOCK], zg_seg *seg) {
+                        float (*stage)[ZG_CPU_BLOCK], zg_seg *seg, zg_carry *cr) {
   const int nd = pl->ndim, inner = nd - 1, nt = pl->nt;
   const int64_t row_len = pl->size[inner];
   int64_t c[4] = {0, 0, 0, 0};
@@ -243,7 +351,9 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
         after_len = row_len;
       }
       if (pl->fused >= 0) {
-        zg_run_fused(pl, k, off, len, after, after_len);
+        zg_run_next next = {{0, 0, 0}, after_len * pl->esize[0], 0};
+        for (int t = 0; t < pl->n_in; t++) next.in[t] = pl->base[t] + after[t] * pl->esize[0];
+        zg_run_piece(pl, k, cr, off, len, &next);
       } else {
         zg_seg *sg = &seg[nseg++];
         memcpy(sg->off, off, sizeof off);
@@ -295,14 +405,17 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
   {
     _Alignas(64) float stage[5][ZG_CPU_BLOCK];
     zg_seg seg[ZG_CPU_BLOCK];
+    zg_carry carry; /* step 5: per thread, across its items (consecutive ones continue) */
+    carry.fill = 0;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
     for (int64_t it = 0; it < nitems; it++) {
       int64_t start = it * ZG_ITEM;
       int64_t end = start + ZG_ITEM < pl.numel ? start + ZG_ITEM : pl.numel;
-      zg_run_item(&pl, k, start, end, stage, seg);
+      zg_run_item(&pl, k, start, end, stage, seg, pl.carry ? &carry : NULL);
     }
+    if (pl.carry) zg_carry_flush(&pl, k, &carry);
     if (any_streaming) zg_store_fence();
   }
   (void)nthreads;

@@ -730,6 +730,12 @@ static void fwd_run_f32(void *out, const void *o, const void *z, int64_t n, int 
   }
 }
 
+/* The loop driver's shared output lines (cpu_kernels.h, cpu_loop.c step 5). */
+static void stream_line(void *dst, const void *src) {
+  _mm256_stream_si256((__m256i *)dst, _mm256_load_si256((const __m256i *)src));
+  _mm256_stream_si256((__m256i *)dst + 1, _mm256_load_si256((const __m256i *)src + 1));
+}
+
 /* ---- the table -------------------------------------------------------------------------- */
 
 static const zg_cpu_kernels avx2_kernels = {
@@ -742,6 +748,7 @@ static const zg_cpu_kernels avx2_kernels = {
     fwd16_avx2,
     {bwd_run_f32, bwd_run_f16, bwd_run_bf16},
     {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
+    stream_line,
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_avx2(void) { return &avx2_kernels; }

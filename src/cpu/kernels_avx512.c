@@ -777,6 +777,9 @@ static void fwd_run_f16(void *out, const void *o, const void *z, int64_t n, int 
   fwd_run_fast(ZG_F16, out, o, z, n, streaming, next);
 }
 
+/* The loop driver's shared output lines (cpu_kernels.h, cpu_loop.c step 5). */
+static void stream_line(void *dst, const void *src) { _mm512_stream_si512(dst, _mm512_load_si512(src)); }
+
 /* ---- the table -------------------------------------------------------------------------- */
 
 static const zg_cpu_kernels avx512_kernels = {
@@ -789,6 +792,7 @@ static const zg_cpu_kernels avx512_kernels = {
     fwd16_avx512,
     {bwd_run_f32, bwd_run_f16, bwd_run_bf16},
     {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
+    stream_line,
 };
 
 /* The same table with the AVX512_BF16 bfloat16 run (same results, fewer instructions). */
@@ -802,6 +806,7 @@ static const zg_cpu_kernels avx512_bf16_kernels = {
     fwd16_avx512,
     {bwd_run_f32, bwd_run_f16, bwd_run_bf16_cvt},
     {fwd_run_f32, fwd_run_f16, fwd_run_bf16},
+    stream_line,
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_avx512(void) {

@@ -425,6 +425,7 @@ static const zg_cpu_kernels neon_kernels = {
     NULL,
     {NULL, NULL, NULL}, /* no fused runs: staged */
     {NULL, NULL, NULL},
+    NULL, /* stream_line: streaming is ignored (top of file) */
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_neon(void) { return &neon_kernels; }

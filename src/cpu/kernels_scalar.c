@@ -51,6 +51,7 @@ static const zg_cpu_kernels zg_kernels_scalar_table = {
     NULL,
     {NULL, NULL, NULL}, /* no fused runs: staged */
     {NULL, NULL, NULL},
+    NULL, /* stream_line: never streams */
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_scalar(void) { return &zg_kernels_scalar_table; }

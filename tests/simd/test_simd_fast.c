@@ -258,6 +258,7 @@ static const zg_run_next *random_next(zg_run_next *nx, const char *const in[3], 
   if (kind == 0) return NULL;
   for (int t = 0; t < 3; t++) nx->in[t] = in[t] ? in[t] + (kind == 1 ? end : 0) * es : NULL;
   nx->bytes = (kind == 1 ? RN - end : (int64_t)(next_u64() % (RN + 1))) * es;
+  nx->run_on = kind == 1 ? (int64_t)(next_u64() % (uint64_t)(RN - end + 1)) * es : 0;
   return nx;
 }
 
