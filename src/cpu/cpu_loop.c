@@ -202,10 +202,10 @@ static void zg_call_run(const zg_plan *pl, const zg_cpu_kernels *k, const char *
  * line first) and two partial vector steps per row, which left the rows of Z as a view with
  * outputs 16 bytes off a line (numpy's large arrays) 8-10 points below aligned ones
  * (docs/perf-notes.md, CPU entry 51). Here the inputs of the line are gathered from the two
- * pieces, computed by one whole vector step and streamed. A line the thread does not finish (its items end, the next
- * piece does not continue it) is computed from what was gathered and written with ordinary
- * stores, only those elements. Results do not depend on it: the same run kernel computes
- * every element, wherever the pieces are cut (cpu_kernels.h). */
+ * pieces, computed by one whole vector step and streamed. A line the thread does not finish
+ * (its items end, the next piece does not continue it) is computed from what was gathered
+ * and written with ordinary stores, only those elements. Results do not depend on it: the
+ * same run kernel computes every element, wherever the pieces are cut (cpu_kernels.h). */
 typedef struct zg_carry {
   _Alignas(64) unsigned char in[3][64];  /* the line's inputs gathered so far */
   _Alignas(64) unsigned char out[2][64]; /* its outputs, before they are streamed */
