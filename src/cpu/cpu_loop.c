@@ -285,12 +285,12 @@ static void zg_run_piece(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *c
      * prefetchers do not see coming (perf-notes entry 51). */
     zg_run_next on = *next;
     on.run_on = (len - i - body) * es;
-    if (on.bytes > 0) {
-      int64_t back = 0;
+    if (on.bytes > 0) { /* each input from its line's start, none past the piece's end */
+      int64_t back = 63;
       for (int t = 0; t < pl->n_in; t++) {
         const int64_t ph = (int64_t)((uintptr_t)next->in[t] & 63u);
-        on.in[t] = next->in[t] - ph;
-        back = ph > back ? ph : back;
+        on.in[t] = (const char *)((uintptr_t)next->in[t] - (uintptr_t)ph);
+        back = ph < back ? ph : back;
       }
       on.bytes += back;
     }
