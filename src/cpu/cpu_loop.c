@@ -57,6 +57,7 @@ typedef struct zg_plan {
   int streaming[5];
   int64_t numel;
   int fused;               /* dtype of all tensors when step 4 applies, else -1 */
+  int any_streaming;       /* some output is written non-temporally (a fence at the end) */
   int carry;               /* step 5 applies: fused, a streaming output, the ISA streams */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
   zg_fwd_fn fwd;
@@ -136,9 +137,8 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   pl->fwd = out16 && kt->fwd16 ? kt->fwd16 : kt->fwd;
   int has_run = pl->n_in == 3 ? kt->bwd_run[pl->dtype[0]] != NULL : kt->fwd_run[pl->dtype[0]] != NULL;
   pl->fused = same && contiguous && has_run && pl->size[n - 1] >= ZG_FUSED_MIN_ROW ? pl->dtype[0] : -1;
-  int any_streaming = 0;
-  for (int t = pl->n_in; t < pl->nt; t++) any_streaming |= pl->streaming[t];
-  pl->carry = pl->fused >= 0 && any_streaming && kt->stream_line != NULL;
+  for (int t = pl->n_in; t < pl->nt; t++) pl->any_streaming |= pl->streaming[t];
+  pl->carry = pl->fused >= 0 && pl->any_streaming && kt->stream_line != NULL;
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -391,8 +391,6 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
   zg_plan pl;
   zg_plan_build(p, k, &pl);
   const int64_t nitems = (pl.numel + ZG_ITEM - 1) / ZG_ITEM;
-  int any_streaming = 0;
-  for (int t = pl.n_in; t < pl.nt; t++) any_streaming |= pl.streaming[t];
 
   int nthreads = 1;
 #ifdef _OPENMP
@@ -416,7 +414,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
       zg_run_item(&pl, k, start, end, stage, seg, pl.carry ? &carry : NULL);
     }
     if (pl.carry) zg_carry_flush(&pl, k, &carry);
-    if (any_streaming) zg_store_fence();
+    if (pl.any_streaming) zg_store_fence();
   }
   (void)nthreads;
   return ZGATE_OK;
