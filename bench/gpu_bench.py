@@ -291,6 +291,39 @@ def copy_bandwidth(args):
     return nbytes / (ms * 1e-3) / 1e9, nbytes / (b2b * 1e-3) / 1e9
 
 
+def paired_rounds(row, fns, rounds):
+    """Round r times one back-to-back batch of each implementation, the order rotated by r, so
+    that drift of clocks and temperature falls on all of them alike; row[impl + "_pair_ms"]
+    is the list of per-call times, round by round."""
+    names = list(fns)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for k in range(len(names)):
+            n = names[(k + r) % len(names)]
+            fn, ms = fns[n][0], fns[n][1]
+            times[n].append(b2b_ms(fn, ms, batches=1)[0])
+    for n in names:
+        row[n + "_pair_ms"] = times[n]
+
+
+def sign_test_p(k, n):
+    """One-sided P(X >= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2.0 ** n
+
+
+def paired_verdict(row, me, other):
+    """(median of other/me over the rounds, min, max, rounds me was slower, rounds, verdict):
+    'slower' or 'faster' when a one-sided sign test gives p < 0.01, else 'tie'."""
+    a, b = row.get(me + "_pair_ms"), row.get(other + "_pair_ms")
+    if not a or not b:
+        return None
+    ratios = [y / x for x, y in zip(a, b)]
+    n, slow = len(ratios), sum(x > y for x, y in zip(a, b))
+    fast = sum(x < y for x, y in zip(a, b))
+    verdict = "slower" if sign_test_p(slow, n) < 0.01 else "faster" if sign_test_p(fast, n) < 0.01 else "tie"
+    return statistics.median(ratios), min(ratios), max(ratios), slow, n, verdict
+
+
 # ---- first call in a fresh process ------------------------------------------------------------
 def first_call_main(args):
     """The CUDA context and the tensors first (as in a training process), then libzgate."""
@@ -356,7 +389,8 @@ def main():
     ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"))
     ap.add_argument("--dtypes", default="bf16,fp16,fp32")
     ap.add_argument("--layouts", default="dense,proj")
-    ap.add_argument("--shapes", default="all", help="'all' or indices into the shape list, e.g. 0,3")
+    ap.add_argument("--shapes", default="all",
+                    help="'all', or indices into the shape list and BxLxHxD shapes, e.g. 0,3,1x128x8x64")
     ap.add_argument("--impls", default="zgate,eager,compile,orig")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
@@ -368,6 +402,10 @@ def main():
     ap.add_argument("--deadline", type=float, default=0,
                     help="seconds: start no new row past this (less a reserve for autotuning); "
                          "the summary covers the rows done")
+    ap.add_argument("--paired", type=int, default=0,
+                    help="R: per row, also R rounds timing one back-to-back batch of every "
+                         "implementation in turn (rotating order); the summary compares them "
+                         "round by round (sign test)")
     ap.add_argument("--clean-flush", action="store_true",
                     help="also time zgate and the same-size copy after a clean-L2 flush")
     args = ap.parse_args()
@@ -416,7 +454,8 @@ def main():
     print("device-to-device copy: %.0f GB/s (bytes read + written), %.0f GB/s back to back"
           % (copy_gbs, copy_b2b_gbs))
     compiled = torch.compile(formula, dynamic=False)  # specialized to each shape: its best kernels
-    shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    shapes = SHAPES if args.shapes == "all" else [
+        tuple(int(x) for x in i.split("x")) if "x" in i else SHAPES[int(i)] for i in args.shapes.split(",")]
     rows = []
     first = {}
     same_ms = {}
@@ -448,6 +487,7 @@ def main():
             same_ms[nbytes] = copy_ms(nbytes, args)
         row["copy_same_ms"], row["copy_same_b2b_ms"] = same_ms[nbytes]
         same_gbs = nbytes / (row["copy_same_ms"] * 1e-3) / 1e9
+        fns = {}
         for impl in impls:
             dz = padded_empty(shape, dtype, slack)
             dos = padded_empty(shape, dtype, slack)
@@ -506,7 +546,12 @@ def main():
                 except Exception as e:
                     print("python/zgate bwd failed: %s" % e)
                     pkg = None
+            if args.paired:
+                fns[impl] = (fn, ms, dz, dos)
             del fn, dz, dos
+        if args.paired:
+            paired_rounds(row, fns, args.paired)
+        del fns
         if args.clean_flush:
             n = (nbytes // 2) // 4
             src = torch.randn(n, device="cuda", dtype=torch.float32)
@@ -594,6 +639,23 @@ def main():
                     print("   slower: %s %s %s %s %.1f us, %s %.1f us (%.1f%%)" % (
                         r["dtype"], r["layout"], tuple(r["shape"]), me, r[me + t] * 1e3, other,
                         r[other + t] * 1e3, 100 * (r[me + t] / r[other + t] - 1)))
+    if args.paired:
+        print()
+        print("paired rounds (%d a row): median of other/this time over the rounds [min-max], "
+              "rounds this was slower; verdict by a one-sided sign test at p < 0.01" % args.paired)
+        for me in [i for i in impls if i in ("zgate", "zgate_co") or i in variants]:
+            for other in [i for i in impls if i != me]:
+                v = [(r, paired_verdict(r, me, other)) for r in rows]
+                v = [(r, x) for r, x in v if x]
+                if not v:
+                    continue
+                counts = {k: sum(x[5] == k for _, x in v) for k in ("faster", "tie", "slower")}
+                print("%s vs %s: geomean of the medians %.4fx; faster on %d, tie on %d, slower on %d of %d" % (
+                    me, other, math.exp(statistics.fmean(math.log(x[0]) for _, x in v)), counts["faster"],
+                    counts["tie"], counts["slower"], len(v)))
+                for r, x in v:
+                    print("   %-5s %-5s %-18s %.4fx [%.4f-%.4f] slower in %d of %d: %s" % (
+                        r["dtype"], r["layout"], str(tuple(r["shape"])), x[0], x[1], x[2], x[3], x[4], x[5]))
     print("first call (ms), per implementation, dtype and Z layout:")
     for (impl, dname, layout), v in sorted(first.items()):
         print("   %-8s %-5s %-6s %10.2f" % (impl, dname, layout, v))

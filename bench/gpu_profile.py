@@ -24,12 +24,13 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("ZGATE_LIBRARY", "build/gpu/src/libzgate.so"))
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--layout", default="proj")
-    ap.add_argument("--shape", type=int, default=2, help="index into gpu_bench.SHAPES")
+    ap.add_argument("--shape", default="2", help="index into gpu_bench.SHAPES, or BxLxHxD")
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--calls", type=int, default=2)
     ap.add_argument("--co", action="store_true", help="also zgate into torch.compile's outputs")
     args = ap.parse_args()
-    shape, dtype = SHAPES[args.shape], DTYPES[args.dtype]
+    shape = tuple(int(x) for x in args.shape.split("x")) if "x" in args.shape else SHAPES[int(args.shape)]
+    dtype = DTYPES[args.dtype]
     dout, z, o, _ = make_inputs(shape, dtype, args.layout, 0)
     dz, dos = padded_empty(shape, dtype, 0), padded_empty(shape, dtype, 0)
     zg = Shim(args.lib).bwd_fn(dout, z, o, dz, dos)
