@@ -28,6 +28,12 @@ that are not a power of two it reads and writes past each row, so its tensors ge
 zgate is called through a minimal ctypes shim over libzgate (prebuilt DLTensors, the
 current torch stream); the python/zgate package, when importable, adds a per-call column.
 
+Paired rounds (--paired R): per row, R rounds that each time one back-to-back batch of every
+implementation, the order rotated round by round; the summary gives, for zgate and each
+variant against every other implementation, the median ratio over the rounds and a one-sided
+sign test (p < 0.01). Two loads of the same machine code writing their own buffers differ by
+up to 0.4% this way (docs/perf-notes.md, v17): smaller verdicts do not separate kernels.
+
 Build variants (scripts/gpu-run.sh): --variant-libs NAME=PATH,... loads several builds of
 libzgate into this one process and times each as its own implementation on the same
 tensors, interleaved shape by shape; the summary gives each one's geomean fraction of copy.

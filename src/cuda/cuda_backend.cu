@@ -60,20 +60,7 @@ const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
   }
 }
 
-/* Dynamic shared memory a block asks for (and never uses) so that at most `blocks` fit a SM:
- * the occupancy cap of the ZG_CUDA_OCC* variants; 0 for no cap. */
-size_t occupancy_pad(int blocks) {
-  if (blocks <= 0) return 0;
-  int dev = 0, per_sm = 0, reserved = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
-    return 0;
-  const long share = (long)per_sm / blocks / 128 * 128 - reserved; /* 128-byte granules */
-  return share > 0 && share <= 48 * 1024 ? (size_t)share : 0;
-}
-
-int launch(const void *kernel, const Args &a, size_t smem, cudaStream_t stream) {
+int launch(const void *kernel, const Args &a, cudaStream_t stream) {
   /* Covering grid: one block per tile (capped at the grid limit; the grid-stride loop does
    * any rest). */
   const int64_t tile = (int64_t)kUnroll * kThreads;
@@ -81,7 +68,7 @@ int launch(const void *kernel, const Args &a, size_t smem, cudaStream_t stream) 
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
   void *params[] = {const_cast<Args *>(&a)};
-  cudaError_t e = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), params, smem, stream);
+  cudaError_t e = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), params, 0, stream);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return fail_cuda("launching the gate kernel", e);
   return ZGATE_OK;
@@ -116,7 +103,7 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   const void *kernel = kernel_of(p->op, nt, a, v, layout);
   if (!kernel)
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: no kernel for vector width %d, layout %d", v, layout);
-  return launch(kernel, a, occupancy_pad(all_f32 ? ZG_CUDA_OCC32 : ZG_CUDA_OCC16), stream);
+  return launch(kernel, a, stream);
 }
 
 }  // namespace

@@ -26,9 +26,6 @@
  *                     float32 V = 4); narrower vectors take the ANY layout (fewer kernels).
  *   ZG_CUDA_UNITY     1: every kernel in one translation unit (one module, as before v5).
  *   ZG_CUDA_LDG       1 (cuda_gate_math.cuh): read-only loads.
- *   ZG_CUDA_OCC32, ZG_CUDA_OCC16  at most this many blocks a SM (0: as many as the registers
- *                     allow), for the all-float32 kind and the others: each block asks for
- *                     dynamic shared memory it never uses (cuda_backend.cu).
  * Shipped: 128-thread blocks, one item a thread, index math by layout (perf-notes v4); 16-bit
  * items packed until the math and float32 kernels at 12 blocks a SM (40 registers), the
  * best of the variants measured side by side on the H200 (perf-notes v10). Variants measured
@@ -64,12 +61,6 @@
 #endif
 #ifndef ZG_CUDA_UNITY
 #define ZG_CUDA_UNITY 0
-#endif
-#ifndef ZG_CUDA_OCC32
-#define ZG_CUDA_OCC32 0
-#endif
-#ifndef ZG_CUDA_OCC16
-#define ZG_CUDA_OCC16 0
 #endif
 
 
