@@ -32,7 +32,9 @@ Paired rounds (--paired R): per row, R rounds that each time one back-to-back ba
 implementation, the order rotated round by round; the summary gives, for zgate and each
 variant against every other implementation, the median ratio over the rounds and a one-sided
 sign test (p < 0.01). Two loads of the same machine code writing their own buffers differ by
-up to 0.4% this way (docs/perf-notes.md, v17): smaller verdicts do not separate kernels.
+up to 0.4% this way (docs/perf-notes.md, v17): smaller verdicts do not separate kernels. The
+implementation `zgate_aa` (zgate again, with its own output buffers) measures that margin in
+the run itself, and the summary then counts only the verdicts beyond it.
 
 Build variants (scripts/gpu-run.sh): --variant-libs NAME=PATH,... loads several builds of
 libzgate into this one process and times each as its own implementation on the same
@@ -497,7 +499,7 @@ def main():
         for impl in impls:
             dz = padded_empty(shape, dtype, slack)
             dos = padded_empty(shape, dtype, slack)
-            if impl == "zgate":
+            if impl in ("zgate", "zgate_aa"):  # zgate_aa: the same kernel, its own buffers
                 fn = shim.bwd_fn(dout, z, o, dz, dos)
             elif impl in variants:
                 fn = variants[impl].bwd_fn(dout, z, o, dz, dos)
@@ -537,7 +539,7 @@ def main():
                 row[impl + "_clean_ms"] = clean_flush_ms(fn)
             if not args.quick:
                 row[impl + "_call_us"] = per_call_us(fn, ms)
-            if impl in ("zgate", "orig", "zgate_co") or impl in variants:
+            if impl in ("zgate", "zgate_aa", "orig", "zgate_co") or impl in variants:
                 got_dz, got_dos = dz, dos
             else:
                 got_dz, got_dos = res["out"]
@@ -662,6 +664,22 @@ def main():
                 for r, x in v:
                     print("   %-5s %-5s %-18s %.4fx [%.4f-%.4f] slower in %d of %d: %s" % (
                         r["dtype"], r["layout"], str(tuple(r["shape"])), x[0], x[1], x[2], x[3], x[4], x[5]))
+        aa = [paired_verdict(r, "zgate", "zgate_aa") for r in rows] if "zgate_aa" in impls else []
+        aa = [x for x in aa if x]
+        if aa and "zgate" in impls:
+            # The A/A control: what output placement alone moves the same kernel by, this run.
+            margin = max(abs(x[0] - 1) for x in aa)
+            print("A/A control (zgate against itself with other buffers): medians within %.2f%% "
+                  "over %d rows, %d sign-test verdicts" % (100 * margin, len(aa), sum(x[5] != "tie" for x in aa)))
+            for other in [i for i in impls if i not in ("zgate", "zgate_aa")]:
+                v = [(r, paired_verdict(r, "zgate", other)) for r in rows]
+                v = [(r, x) for r, x in v if x]
+                slow = [(r, x) for r, x in v if x[5] == "slower" and x[0] < 1 - margin]
+                fast = [(r, x) for r, x in v if x[5] == "faster" and x[0] > 1 + margin]
+                print("zgate vs %s beyond that margin: faster on %d, slower on %d of %d%s" % (
+                    other, len(fast), len(slow), len(v), "".join(
+                        "\n   slower: %s %s %s by %.2f%%" % (r["dtype"], r["layout"], tuple(r["shape"]),
+                                                           100 * (1 / x[0] - 1)) for r, x in slow)))
     print("first call (ms), per implementation, dtype and Z layout:")
     for (impl, dname, layout), v in sorted(first.items()):
         print("   %-8s %-5s %-6s %10.2f" % (impl, dname, layout, v))
