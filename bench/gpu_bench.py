@@ -31,8 +31,8 @@ current torch stream); the python/zgate package, when importable, adds a per-cal
 Paired rounds (--paired R): per row, R rounds that each time one back-to-back batch of every
 implementation, the order rotated round by round; the summary gives, for zgate and each
 variant against every other implementation, the median ratio over the rounds and a one-sided
-sign test (p < 0.01). Two loads of the same machine code writing their own buffers differ by
-up to 0.4% this way (docs/perf-notes.md, v17): smaller verdicts do not separate kernels. The
+sign test (p < 0.01). The same kernel writing other buffers differs by up to 0.4-0.6% this
+way (docs/perf-notes.md, v17 and run 25): smaller verdicts do not separate kernels. The
 implementation `zgate_aa` (zgate again, with its own output buffers) measures that margin in
 the run itself, and the summary then counts only the verdicts beyond it.
 
