@@ -10,7 +10,6 @@
  * legacy default stream (0) of that device. Every launch is checked (cudaGetLastError); CUDA
  * errors become ZGATE_ERR_CUDA with the CUDA name and message. */
 #include <stdint.h>
-#include <stdio.h>
 
 #include <cuda_runtime.h>
 
@@ -61,37 +60,7 @@ const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
   }
 }
 
-/* ZG_CUDA_OCC32 = B (benchmark variant, perf-notes v18): all-float32 kernels at most B blocks a
- * SM, by a small shared-memory carveout (ZG_CUDA_CARVEOUT_KB, so L1 stays large, unlike v13)
- * shared out among B blocks; the blocks never touch it. 0: no cap. */
-#ifndef ZG_CUDA_OCC32
-#define ZG_CUDA_OCC32 0
-#endif
-#ifndef ZG_CUDA_CARVEOUT_KB
-#define ZG_CUDA_CARVEOUT_KB 32
-#endif
-size_t occupancy_cap(const void *kernel, int blocks) {
-  if (blocks <= 0) return 0;
-  int dev = 0, reserved = 0, max_smem = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
-    return 0;
-  const int pct = ZG_CUDA_CARVEOUT_KB * 1024 * 100 / max_smem;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct);
-  const long share = (long)ZG_CUDA_CARVEOUT_KB * 1024 / blocks / 128 * 128 - reserved;
-  const size_t smem = share > 0 ? (size_t)share : 0;
-  static const void *reported = nullptr;
-  if (reported != kernel) {
-    int n = -1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem);
-    fprintf(stderr, "zgate variant: carveout %d%%, %zu B a block, %d blocks a SM\n", pct, smem, n);
-    reported = kernel;
-  }
-  return smem;
-}
-
-int launch(const void *kernel, const Args &a, size_t smem, cudaStream_t stream) {
+int launch(const void *kernel, const Args &a, cudaStream_t stream) {
   /* Covering grid: one block per tile (capped at the grid limit; the grid-stride loop does
    * any rest). */
   const int64_t tile = (int64_t)kUnroll * kThreads;
@@ -99,7 +68,7 @@ int launch(const void *kernel, const Args &a, size_t smem, cudaStream_t stream) 
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
   void *params[] = {const_cast<Args *>(&a)};
-  cudaError_t e = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), params, smem, stream);
+  cudaError_t e = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), params, 0, stream);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) return fail_cuda("launching the gate kernel", e);
   return ZGATE_OK;
@@ -134,7 +103,7 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   const void *kernel = kernel_of(p->op, nt, a, v, layout);
   if (!kernel)
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: no kernel for vector width %d, layout %d", v, layout);
-  return launch(kernel, a, occupancy_cap(kernel, all_f32 ? ZG_CUDA_OCC32 : 0), stream);
+  return launch(kernel, a, stream);
 }
 
 }  // namespace
