@@ -54,6 +54,9 @@ import torch
 import triton
 import triton.testing
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paired_stats import aa_margin, beyond_margin, paired_verdict, sign_test_p  # noqa: E402,F401
+
 SHAPES = [
     (2, 2048, 24, 64),
     (16, 2345, 32, 64),
@@ -312,24 +315,6 @@ def paired_rounds(row, fns, rounds):
             times[n].append(b2b_ms(fn, ms, batches=1)[0])
     for n in names:
         row[n + "_pair_ms"] = times[n]
-
-
-def sign_test_p(k, n):
-    """One-sided P(X >= k) for X ~ Binomial(n, 1/2)."""
-    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2.0 ** n
-
-
-def paired_verdict(row, me, other):
-    """(median of other/me over the rounds, min, max, rounds me was slower, rounds, verdict):
-    'slower' or 'faster' when a one-sided sign test gives p < 0.01, else 'tie'."""
-    a, b = row.get(me + "_pair_ms"), row.get(other + "_pair_ms")
-    if not a or not b:
-        return None
-    ratios = [y / x for x, y in zip(a, b)]
-    n, slow = len(ratios), sum(x > y for x, y in zip(a, b))
-    fast = sum(x < y for x, y in zip(a, b))
-    verdict = "slower" if sign_test_p(slow, n) < 0.01 else "faster" if sign_test_p(fast, n) < 0.01 else "tie"
-    return statistics.median(ratios), min(ratios), max(ratios), slow, n, verdict
 
 
 # ---- first call in a fresh process ------------------------------------------------------------
@@ -668,14 +653,14 @@ def main():
         aa = [x for x in aa if x]
         if aa and "zgate" in impls:
             # The A/A control: what output placement alone moves the same kernel by, this run.
-            margin = max(abs(x[0] - 1) for x in aa)
+            margin = aa_margin(rows)
             print("A/A control (zgate against itself with other buffers): medians within %.2f%% "
                   "over %d rows, %d sign-test verdicts" % (100 * margin, len(aa), sum(x[5] != "tie" for x in aa)))
             for other in [i for i in impls if i not in ("zgate", "zgate_aa")]:
                 v = [(r, paired_verdict(r, "zgate", other)) for r in rows]
                 v = [(r, x) for r, x in v if x]
-                slow = [(r, x) for r, x in v if x[5] == "slower" and x[0] < 1 - margin]
-                fast = [(r, x) for r, x in v if x[5] == "faster" and x[0] > 1 + margin]
+                slow = [(r, x) for r, x in v if beyond_margin(x, margin) == "slower"]
+                fast = [(r, x) for r, x in v if beyond_margin(x, margin) == "faster"]
                 print("zgate vs %s beyond that margin: faster on %d, slower on %d of %d%s" % (
                     other, len(fast), len(slow), len(v), "".join(
                         "\n   slower: %s %s %s by %.2f%%" % (r["dtype"], r["layout"], tuple(r["shape"]),
