@@ -55,7 +55,7 @@ import triton
 import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paired_stats import aa_margin, beyond_margin, paired_verdict, sign_test_p  # noqa: E402,F401
+from paired_stats import aa_margin, beyond_margin, paired_verdict  # noqa: E402
 
 SHAPES = [
     (2, 2048, 24, 64),
