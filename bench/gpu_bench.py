@@ -31,10 +31,11 @@ current torch stream); the python/zgate package, when importable, adds a per-cal
 Paired rounds (--paired R): per row, R rounds that each time one back-to-back batch of every
 implementation, the order rotated round by round; the summary gives, for zgate and each
 variant against every other implementation, the median ratio over the rounds and a one-sided
-sign test (p < 0.01). The same kernel writing other buffers differs by up to 0.4-0.6% this
-way (docs/perf-notes.md, v17 and run 25): smaller verdicts do not separate kernels. The
-implementation `zgate_aa` (zgate again, with its own output buffers) measures that margin in
-the run itself, and the summary then counts only the verdicts beyond it.
+sign test (p < 0.01) (bench/paired_stats.py). The same kernel writing other buffers differs
+by up to 0.4-0.65% this way (docs/perf-notes.md, v17, runs 25 and 28): smaller verdicts do
+not separate kernels. The implementation `zgate_aa` (zgate again, with its own output
+buffers) measures that margin in the run itself, and the summary then counts only the
+verdicts beyond it. bench/gpu_table.py renders docs/performance.md's table from --json.
 
 Build variants (scripts/gpu-run.sh): --variant-libs NAME=PATH,... loads several builds of
 libzgate into this one process and times each as its own implementation on the same
