@@ -399,7 +399,8 @@ def main():
     ap.add_argument("--paired", type=int, default=0,
                     help="R: per row, also R rounds timing one back-to-back batch of every "
                          "implementation in turn (rotating order); the summary compares them "
-                         "round by round (sign test)")
+                         "round by round (sign test at p < 0.01: a verdict needs R >= 7, since "
+                         "6 of 6 rounds is p = 1/64)")
     ap.add_argument("--clean-flush", action="store_true",
                     help="also time zgate and the same-size copy after a clean-L2 flush")
     args = ap.parse_args()

@@ -18,6 +18,11 @@ def test_sign_test_tail():
     assert math.isclose(sum(math.comb(12, i) for i in range(10, 13)) / 2**12, gpu_bench.sign_test_p(10, 12))
 
 
+def test_fewest_rounds_for_a_verdict():
+    # gpu_bench.py's --paired help: with 6 rounds even a clean sweep is no verdict, with 7 it is.
+    assert gpu_bench.sign_test_p(6, 6) > 0.01 and gpu_bench.sign_test_p(7, 7) < 0.01
+
+
 def rounds(mine, other):
     return {"zgate_pair_ms": mine, "compile_pair_ms": other}
 
