@@ -22,10 +22,11 @@ from paired_stats import aa_margin, beyond_margin, paired_verdict  # noqa: E402
 def render(data, me="zgate"):
     rows = data["rows"]
     impls = [k[:-len("_b2b_ms")] for k in rows[0] if k.endswith("_b2b_ms") and not k.startswith("copy")]
-    others = [i for i in impls if i != me and not i.endswith("_aa")] + [i for i in impls if i.endswith("_aa")]
-    flushed = [i for i in impls if not i.endswith("_aa")]
+    timed = [i for i in impls if i != me and not i.endswith("_aa")]  # the A/A twin is not a competitor
+    others = timed + [i for i in impls if i.endswith("_aa")]
+    flushed = [me] + timed
     head = (["dtype", "Z", "shape", "MB", "same-size copy us", "%s us (%% copy) [%% same]" % me]
-            + ["%s us (%% copy)" % i for i in others if not i.endswith("_aa")]
+            + ["%s us (%% copy)" % i for i in timed]
             + ["%s: %s vs %s" % ("A/A" if i.endswith("_aa") else "paired", me, i) for i in others]
             + ["flushed: %s us" % " / ".join(flushed), "%s err" % me])
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -34,8 +35,7 @@ def render(data, me="zgate"):
                  "%.1f" % (r["copy_same_b2b_ms"] * 1e3),
                  "%.1f (%.1f%%) [%.1f%%]" % (r[me + "_b2b_ms"] * 1e3, 100 * r[me + "_b2b_frac"],
                                             100 * r[me + "_b2b_frac_same"])]
-        cells += ["%.1f (%.1f%%)" % (r[i + "_b2b_ms"] * 1e3, 100 * r[i + "_b2b_frac"])
-                  for i in others if not i.endswith("_aa")]
+        cells += ["%.1f (%.1f%%)" % (r[i + "_b2b_ms"] * 1e3, 100 * r[i + "_b2b_frac"]) for i in timed]
         for i in others:
             v = paired_verdict(r, me, i)
             cells.append("%.3fx %s" % (v[0], v[5]) if v else "-")
@@ -45,9 +45,7 @@ def render(data, me="zgate"):
     if margin is not None:
         out.append("")
         out.append("A/A margin (%s against %s_aa): %.2f%%" % (me, me, 100 * margin))
-        for i in others:
-            if i == me + "_aa":
-                continue
+        for i in timed:
             calls = [(r, beyond_margin(paired_verdict(r, me, i), margin)) for r in rows]
             calls = [(r, c) for r, c in calls if c]
             out.append("%s vs %s beyond it: faster on %d, slower on %d of %d%s" % (
