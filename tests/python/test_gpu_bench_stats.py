@@ -7,20 +7,20 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import gpu_table  # noqa: E402
-import paired_stats as gpu_bench  # noqa: E402  (the functions gpu_bench.py uses)
+import paired_stats  # noqa: E402  (the functions gpu_bench.py uses)
 
 
 def test_sign_test_tail():
-    assert gpu_bench.sign_test_p(8, 8) == 1 / 256
-    assert gpu_bench.sign_test_p(0, 8) == 1.0
-    assert gpu_bench.sign_test_p(7, 8) == 9 / 256  # 8 choose 7 plus 8 choose 8
-    assert gpu_bench.sign_test_p(7, 8) > 0.01  # so 7 of 8 rounds is a tie, 8 of 8 is not
-    assert math.isclose(sum(math.comb(12, i) for i in range(10, 13)) / 2**12, gpu_bench.sign_test_p(10, 12))
+    assert paired_stats.sign_test_p(8, 8) == 1 / 256
+    assert paired_stats.sign_test_p(0, 8) == 1.0
+    assert paired_stats.sign_test_p(7, 8) == 9 / 256  # 8 choose 7 plus 8 choose 8
+    assert paired_stats.sign_test_p(7, 8) > 0.01  # so 7 of 8 rounds is a tie, 8 of 8 is not
+    assert math.isclose(sum(math.comb(12, i) for i in range(10, 13)) / 2**12, paired_stats.sign_test_p(10, 12))
 
 
 def test_fewest_rounds_for_a_verdict():
     # gpu_bench.py's --paired help: with 6 rounds even a clean sweep is no verdict, with 7 it is.
-    assert gpu_bench.sign_test_p(6, 6) > 0.01 and gpu_bench.sign_test_p(7, 7) < 0.01
+    assert paired_stats.sign_test_p(6, 6) > 0.01 and paired_stats.sign_test_p(7, 7) < 0.01
 
 
 def rounds(mine, other):
@@ -28,35 +28,35 @@ def rounds(mine, other):
 
 
 def test_verdicts():
-    med, lo, hi, slow, n, verdict = gpu_bench.paired_verdict(rounds([1.0] * 8, [1.01] * 8), "zgate", "compile")
+    med, lo, hi, slow, n, verdict = paired_stats.paired_verdict(rounds([1.0] * 8, [1.01] * 8), "zgate", "compile")
     assert (slow, n, verdict) == (0, 8, "faster") and math.isclose(med, 1.01) and lo == hi == med
-    assert gpu_bench.paired_verdict(rounds([1.01] * 8, [1.0] * 8), "zgate", "compile")[3:] == (8, 8, "slower")
+    assert paired_stats.paired_verdict(rounds([1.01] * 8, [1.0] * 8), "zgate", "compile")[3:] == (8, 8, "slower")
     # One round the other way is not significant at p < 0.01 with 8 rounds.
-    assert gpu_bench.paired_verdict(rounds([1.0] * 7 + [1.02], [1.01] * 8), "zgate", "compile")[5] == "tie"
+    assert paired_stats.paired_verdict(rounds([1.0] * 7 + [1.02], [1.01] * 8), "zgate", "compile")[5] == "tie"
     # Alternating rounds: a tie whatever the median says.
-    med, lo, hi, slow, n, verdict = gpu_bench.paired_verdict(rounds([1.0, 1.02] * 4, [1.01] * 8), "zgate", "compile")
+    med, lo, hi, slow, n, verdict = paired_stats.paired_verdict(rounds([1.0, 1.02] * 4, [1.01] * 8), "zgate", "compile")
     assert verdict == "tie" and slow == 4 and lo < 1 < hi
     # Equal rounds count for neither side.
-    assert gpu_bench.paired_verdict(rounds([1.0] * 8, [1.0] * 8), "zgate", "compile")[5] == "tie"
+    assert paired_stats.paired_verdict(rounds([1.0] * 8, [1.0] * 8), "zgate", "compile")[5] == "tie"
 
 
 def test_missing_rounds():
-    assert gpu_bench.paired_verdict({}, "zgate", "compile") is None
-    assert gpu_bench.paired_verdict({"zgate_pair_ms": [1.0]}, "zgate", "compile") is None
+    assert paired_stats.paired_verdict({}, "zgate", "compile") is None
+    assert paired_stats.paired_verdict({"zgate_pair_ms": [1.0]}, "zgate", "compile") is None
 
 
 def test_aa_margin_and_beyond():
     rows = [{"zgate_pair_ms": [1.0] * 8, "zgate_aa_pair_ms": [1.004] * 8, "compile_pair_ms": [0.99] * 8},
             {"zgate_pair_ms": [1.0] * 8, "zgate_aa_pair_ms": [0.997] * 8, "compile_pair_ms": [0.997] * 8}]
-    margin = gpu_bench.aa_margin(rows)
+    margin = paired_stats.aa_margin(rows)
     assert math.isclose(margin, 0.004)
-    assert gpu_bench.aa_margin([{"zgate_pair_ms": [1.0]}]) is None
+    assert paired_stats.aa_margin([{"zgate_pair_ms": [1.0]}]) is None
     # Row 0: zgate 1% slower than compile, beyond the 0.4% margin; row 1: 0.3%, inside it.
-    calls = [gpu_bench.beyond_margin(gpu_bench.paired_verdict(r, "zgate", "compile"), margin) for r in rows]
+    calls = [paired_stats.beyond_margin(paired_stats.paired_verdict(r, "zgate", "compile"), margin) for r in rows]
     assert calls == ["slower", "tie"]
-    assert gpu_bench.beyond_margin(None, margin) is None
-    fast = gpu_bench.paired_verdict({"zgate_pair_ms": [1.0] * 8, "compile_pair_ms": [1.01] * 8}, "zgate", "compile")
-    assert gpu_bench.beyond_margin(fast, margin) == "faster" and gpu_bench.beyond_margin(fast, 0.02) == "tie"
+    assert paired_stats.beyond_margin(None, margin) is None
+    fast = paired_stats.paired_verdict({"zgate_pair_ms": [1.0] * 8, "compile_pair_ms": [1.01] * 8}, "zgate", "compile")
+    assert paired_stats.beyond_margin(fast, margin) == "faster" and paired_stats.beyond_margin(fast, 0.02) == "tie"
 
 
 def test_table():
