@@ -1,0 +1,312 @@
+"""Compile the kernel for Ascend 910B without an NPU, and report what the compiler planned.
+
+triton-ascend runs its front end (TTIR, then triton-adapter-opt to linalg with HIVM
+annotations) on any host; bishengir-compile (from the ascendnpu-ir wheel) then runs HFusion,
+HIVM and the UB planner and stops only where it calls CANN's device code generator, hivmc,
+which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the final HIVM IR:
+every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines.
+
+    python -m zgate.triton.ascend [--targets ...] [--ops ...] [--dtypes ...] [--layouts ...]
+
+prints one line per combination. Needs triton-ascend and ascendnpu-ir in the running Python
+(never in the same environment as upstream triton: both install a package named triton).
+"""
+import argparse
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from . import plan as _plan
+
+TARGETS = ("Ascend910B2", "Ascend910B3", "Ascend910B4")
+SHORT = {"f32": "float32", "fp32": "float32", "float32": "float32", "f16": "float16",
+         "fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+TRITON_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# Shapes the report compiles for: (batch, seqlen, nheads) and d_in_proj of the Z view.
+REPORT_BLH, REPORT_PROJ = (2, 2048, 24), 8672
+
+
+class ToolMissing(RuntimeError):
+    """triton-ascend or bishengir-compile is not installed in this Python."""
+
+
+def _toolchain():
+    try:
+        import triton
+        from triton.backends import backends
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import ASTSource
+    except ImportError as e:
+        raise ToolMissing("zgate.triton.ascend needs triton-ascend: pip install "
+                          "triton-ascend==3.2.0 pybind11 (%s)" % e) from e
+    if "ascend" not in backends:
+        raise ToolMissing("the installed triton (%s) has no 'ascend' backend: install "
+                          "triton-ascend in an environment without upstream triton"
+                          % triton.__version__)
+    try:
+        import ascendnpuir
+    except ImportError as e:
+        raise ToolMissing("bishengir-compile comes with ascendnpu-ir: pip install "
+                          "ascendnpu-ir==1.2.0") from e
+    bishengir = os.path.join(os.path.dirname(ascendnpuir.__file__), "bin", "bishengir-compile")
+    if not os.access(bishengir, os.X_OK):
+        raise ToolMissing("bishengir-compile not found at %s" % bishengir)
+    return triton, backends["ascend"].compiler, GPUTarget, ASTSource, bishengir
+
+
+class _Ptr:
+    """A pointer argument as the JIT's specialisation sees it: dtype and address."""
+    def __init__(self, dtype, address=0):
+        self.dtype = "*" + TRITON_DTYPE[dtype]
+        self._address = address
+
+    def data_ptr(self):
+        return self._address
+
+
+def report_problem(op, dtypes, layout, headdim):
+    """The shape, per-tensor strides and dtypes of the representative call the report
+    compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of width
+    REPORT_PROJ."""
+    b, l, h = REPORT_BLH
+    shape = (b, l, h, headdim)
+    dense = (l * h * headdim, h * headdim, headdim, 1)
+    zview = (l * REPORT_PROJ, REPORT_PROJ, headdim, 1)
+    n = 5 if op == "bwd" else 3
+    strides = [dense] * n
+    if layout == "zview":
+        strides[1] = zview   # z is the second tensor of both ops
+    elif layout != "dense":
+        raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
+    return shape, strides
+
+
+def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
+    """(args, constexprs) of the kernel for the report's problem, pointers as _Ptr."""
+    from .launch import kernel_arguments
+    dtypes = [SHORT[d] for d in dtypes]
+    shape, strides = report_problem(op, dtypes, layout, headdim)
+    lay = _plan.collapse(shape, strides)
+    tile = tile_elems or _plan.NPU_TILE
+    tiles = _plan.choose_tiles(lay, tile)
+    ptrs = [_Ptr(d) for d in dtypes]
+    return kernel_arguments(op, ptrs, lay, tiles)
+
+
+def compile_linalg(op, dtypes, layout="dense", headdim=64, target="Ascend910B2",
+                   tile_elems=None):
+    """triton-ascend's front end for the NPU: (linalg text, metadata)."""
+    triton, backend_cls, GPUTarget, ASTSource, _ = _toolchain()
+    from .kernel import gate_kernel
+    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
+    from triton.compiler import make_backend
+    gtarget = GPUTarget("npu", target, 0)
+    backend = make_backend(gtarget)
+    params = gate_kernel.params
+    names = [p.name for p in params]
+    vals = [args.get(n, consts.get(n)) for n in names]
+    attrs = backend.get_attrs_descriptor(params, vals)
+    fixed = attrs.get_constants()
+    signature, constants = {}, {}
+    for p, v in zip(params, vals):
+        if p.is_constexpr or p.num in fixed:
+            constants[p.name] = v
+        if not p.is_constexpr:
+            signature[p.name] = (v.dtype if isinstance(v, _Ptr)
+                                 else "i32" if -2**31 <= v < 2**31 else "i64")
+    stage_globals = backend_cls.add_stages.__globals__
+    caught = {}
+
+    def grab(linalg, metadata, options):
+        caught["linalg"], caught["metadata"] = linalg, dict(metadata)
+        raise _Caught()
+
+    saved = stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"]
+    stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = grab
+    try:
+        triton.compile(ASTSource(gate_kernel, signature, constants, attrs), target=gtarget,
+                       options={})
+    except Exception:   # the grab above ends the compile; anything else is re-raised below
+        if "linalg" not in caught:
+            raise
+    finally:
+        stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = saved
+    linalg, metadata = stage_globals["_parse_linalg_metadata"](caught["linalg"],
+                                                                caught["metadata"])
+    return linalg, metadata
+
+
+class _Caught(Exception):
+    pass
+
+
+class UBOverflow(RuntimeError):
+    """bishengir-compile refused the tile: it does not fit in the vector core's UB."""
+
+
+def compile_hivm(linalg, metadata, target, workdir, multibuffer=None):
+    """Run bishengir-compile to the final HIVM IR; its path. Raises UBOverflow or
+    RuntimeError when the compile stops anywhere but at the missing hivmc."""
+    *_, bishengir = _toolchain()
+    src = os.path.join(workdir, "kernel.mlir")
+    with open(src, "w") as f:
+        f.write(linalg)
+    cmd = [bishengir, src, "--target=%s" % target,
+           "--enable-auto-multi-buffer=%s" % str(bool(
+               metadata["multibuffer"] if multibuffer is None else multibuffer)).lower(),
+           "--enable-hfusion-compile=true", "--enable-hivm-compile=true",
+           "--enable-triton-kernel-compile=true", "--save-temps=%s" % workdir,
+           "-o", os.path.join(workdir, "kernel")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    m = re.search(r"ub overflow[^\n]*", out)
+    if m:
+        raise UBOverflow(m.group(0))
+    hivm = os.path.join(workdir, "module.hivm.opt.mlir")
+    if "External hivmc run fails" not in out or not os.path.exists(hivm):
+        raise RuntimeError("bishengir-compile stopped early (exit %d):\n%s" % (r.returncode,
+                                                                             out[-2000:]))
+    return hivm
+
+
+_UB_BUF = re.compile(r"(%\w+) = hivm\.hir\.pointer_cast\(%c(\d+)_i64\)\s*:\s*"
+                     r"memref<([0-9x]+)x(\w+),\s*#hivm\.address_space<ub>")
+_SELECT = re.compile(r"= arith\.select %\w+, (%\w+), (%\w+) : memref<[^>]*#hivm\.address_space<ub>")
+_BITS = {"f32": 32, "f16": 16, "bf16": 16, "i1": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
+
+
+def parse_hivm(text):
+    """The UB plan of a final HIVM IR text.
+
+    ub_bytes: the end of the highest UB buffer (memref<0x..> placeholders ignored).
+    double_buffered: every GM<->UB copy has a ping-pong pair, i.e. there are at least as
+      many selects between two UB buffers as copy call sites, and each select chooses
+      between two buffers that do not overlap.
+    scalar_accesses: memref.load / memref.store, the scalar fallback.
+    """
+    bufs = {}
+    for name, off, dims, ty in _UB_BUF.findall(text):
+        n = 1
+        for d in dims.split("x"):
+            n *= int(d)
+        if n:
+            bufs[name] = (int(off), n * _BITS[ty] // 8)
+    ub = max((off + size for off, size in bufs.values()), default=0)
+    cap = re.search(r'"UB_SIZE",\s*(\d+)\s*:\s*i\d+', text)
+    pairs = [(bufs.get(a), bufs.get(b)) for a, b in _SELECT.findall(text)]
+    ping_pong = [p for p in pairs if p[0] and p[1] and
+                 (p[0][0] + p[0][1] <= p[1][0] or p[1][0] + p[1][1] <= p[0][0])]
+    copy_calls = re.findall(r"call @((?:load_gm_to_ubuf|store_ubuf_to_gm)\w*)", text)
+    return {
+        "ub_bytes": ub,
+        "ub_capacity_bytes": int(cap.group(1)) // 8 if cap else None,
+        "double_buffered": bool(copy_calls) and len(ping_pong) == len(pairs)
+                           and len(ping_pong) >= len(copy_calls),
+        "scalar_accesses": len(re.findall(r"\bmemref\.(?:load|store)\b", text)),
+        "copies": sorted(set(copy_calls)),
+        "copy_calls": len(copy_calls),
+        "vector_ops": _vector_ops(text),
+    }
+
+
+def _vector_ops(text):
+    """Vector instructions per tile, by name (vmul, vexp, vcast, ...)."""
+    ops = {}
+    for name in re.findall(r"call @(v[a-z]+)_", text):
+        ops[name] = ops.get(name, 0) + 1
+    return ops
+
+
+def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
+                          layout="dense", headdim=64, tile_elems=None, keep_dir=None):
+    """Compile the real kernel for `target` through triton-ascend and bishengir-compile and
+    return the UB plan of its final HIVM IR (see parse_hivm), with the tile it used and
+    `hivm_path`, the IR kept on disk (under keep_dir, or a fresh temporary directory)."""
+    if op not in ("bwd", "fwd"):
+        raise ValueError("op is 'bwd' or 'fwd', not %r" % (op,))
+    dtypes = tuple(SHORT[d] for d in dtypes)
+    if len(dtypes) != (5 if op == "bwd" else 3):
+        raise ValueError("%s takes %d dtypes (%s), got %d" % (
+            op, 5 if op == "bwd" else 3,
+            "dout, z, o, dz, dout_scaled" if op == "bwd" else "o, z, out", len(dtypes)))
+    linalg, metadata = compile_linalg(op, dtypes, layout, headdim, target, tile_elems)
+    workdir = keep_dir or tempfile.mkdtemp(prefix="zgate-hivm-")
+    os.makedirs(workdir, exist_ok=True)
+    hivm = compile_hivm(linalg, metadata, target, workdir)
+    with open(hivm) as f:
+        rep = parse_hivm(f.read())
+    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
+    rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
+               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], hivm_path=hivm)
+    return rep
+
+
+def _copy_kinds(copies):
+    """'2d' when every GM<->UB copy is a 2-D copy, else the routine names."""
+    kinds = {re.search(r"_(\dd)_", c).group(1) if re.search(r"_(\dd)_", c) else c
+             for c in copies}
+    return ",".join(sorted(kinds))
+
+
+def _combos(ops, dtype_sets):
+    for op in ops:
+        n = 5 if op == "bwd" else 3
+        for ds in dtype_sets:
+            if ds == "all":
+                for combo in itertools.product(("float32", "float16", "bfloat16"), repeat=n):
+                    yield op, combo
+            else:
+                yield op, (SHORT[ds],) * n
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m zgate.triton.ascend",
+                                 description="Compile zgate's Triton kernel for Ascend 910B "
+                                 "down to the final HIVM IR and print its UB plan.")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--ops", default="bwd,fwd")
+    ap.add_argument("--dtypes", default="bf16,f16,f32",
+                    help="comma list of one dtype for all tensors, or 'all' for every "
+                    "per-tensor combination")
+    ap.add_argument("--layouts", default="dense,zview")
+    ap.add_argument("--headdim", type=int, default=64)
+    ap.add_argument("--json", help="write the reports to this file")
+    ap.add_argument("--keep", help="keep each HIVM IR under this directory")
+    a = ap.parse_args(argv)
+    try:
+        _toolchain()
+    except ToolMissing as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    reports, bad = [], 0
+    for target in a.targets.split(","):
+        for op, dtypes in _combos(a.ops.split(","), a.dtypes.split(",")):
+            for layout in a.layouts.split(","):
+                keep = None
+                if a.keep:
+                    keep = os.path.join(a.keep, "%s-%s-%s-%s" % (
+                        target, op, "-".join(TRITON_DTYPE[d] for d in dtypes), layout))
+                r = ascend_compile_report(target, op, dtypes, layout, a.headdim, keep_dir=keep)
+                ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
+                      and r["scalar_accesses"] == 0)
+                bad += not ok
+                print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
+                      "scalar %d  copies %s%s" % (
+                          target, op, ",".join(TRITON_DTYPE[d] for d in dtypes), layout,
+                          r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
+                          "yes" if r["double_buffered"] else "NO", r["scalar_accesses"],
+                          _copy_kinds(r["copies"]), "" if ok else "  <-- FAIL"))
+                reports.append(r)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(reports, f, indent=1)
+    print("%d compiled, %d outside the plan" % (len(reports), bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""How one call maps onto the Triton kernel: no Triton import, so it is testable anywhere.
+
+A call's tensors share a 4-D shape and each has its own element strides. collapse() turns
+them into the kernel's four levels (qa, qb, rows, cols): size-1 dims are dropped, columns
+are the longest innermost run that is contiguous in every tensor, and the remaining dims
+become rows and outer indices, merging neighbours wherever every tensor allows it. The
+common cases become two levels or one: dense tensors are one row of n elements; Z as a view
+into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L rows of H*D
+columns, Z's row stride P.
+
+choose_tiles() picks the tile from the columns, the rows and a tile size in elements that
+depends only on the target and the dtypes (tile_elems): no search, no autotuning.
+"""
+from typing import NamedTuple, Sequence, Tuple
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+INT32_MAX = 2 ** 31 - 1
+MIN_BLOCK_C = 16          # 32 bytes of a 16-bit type: the NPU's UB alignment
+
+
+class Layout(NamedTuple):
+    """The kernel's four levels: sizes (n_qa, n_qb, n_rows, n_cols) and, per tensor,
+    strides (sa, sb, sr) in elements (columns have stride 1)."""
+    sizes: Tuple[int, int, int, int]
+    strides: Tuple[Tuple[int, int, int], ...]
+
+
+class Tiles(NamedTuple):
+    block_r: int
+    block_c: int
+    n_tiles: int
+
+
+def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
+    """Layout of tensors of one `shape` with the given element strides, or None when some
+    tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor)."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    if not dims:
+        dims = [(1, [1] * len(strides))]
+    n_cols, inner = dims.pop()
+    if any(s != 1 for s in inner):
+        return None
+    while dims and all(s == n_cols for s in dims[-1][1]):   # the contiguous run goes on
+        n_cols *= dims.pop()[0]
+    levels = []                                              # (size, strides), inner first
+    while dims:
+        n, st = dims.pop()
+        if levels and all(s == levels[-1][0] * t for s, t in zip(st, levels[-1][1])):
+            levels[-1] = (levels[-1][0] * n, levels[-1][1])
+        else:
+            levels.append((n, st))
+    if len(levels) > 3:   # unreachable for 4-D shapes; kept as a guard for other ranks
+        raise ValueError("zgate.triton: a layout with more than four levels")
+    while len(levels) < 3:
+        levels.append((1, [0] * len(strides)))
+    (n_rows, sr), (n_qb, sb), (n_qa, sa) = levels
+    return Layout((n_qa, n_qb, n_rows, n_cols),
+                  tuple((a, b, r) for a, b, r in zip(sa, sb, sr)))
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
+    """BLOCK_C: the power of two in [MIN_BLOCK_C, tile_elems] that pads the columns least
+    (larger on ties); BLOCK_R fills the tile, at most the rows rounded up to a power of two,
+    and small enough that offsets inside a tile stay int32."""
+    n_qa, n_qb, n_rows, n_cols = layout.sizes
+    best = None
+    c = MIN_BLOCK_C
+    while c <= tile_elems:
+        padded = -(-n_cols // c) * c
+        if best is None or padded <= best[0]:
+            best = (padded, c)
+        c *= 2
+    block_c = best[1]
+    block_r = max(1, min(tile_elems // block_c, _pow2_ceil(n_rows)))
+    row_stride = max([abs(st[2]) for st in layout.strides] + [0])
+    while block_r > 1 and (block_r - 1) * row_stride + block_c > INT32_MAX:
+        block_r //= 2
+    n_tiles = n_qa * n_qb * -(-n_rows // block_r) * -(-n_cols // block_c)
+    return Tiles(block_r, block_c, n_tiles)
+
+
+# Tile sizes in elements, no search. Ascend 910B: 4096 is the largest power of two that
+# bishengir-compile keeps double-buffered in a vector core's 192 KB UB for every dtype
+# combination of both ops (float32 backward: 196608 of 196608 bytes; 8192 overflows);
+# ascend.py's report and tests/ascend check it for every combination and target.
+NPU_TILE = 4096
+GPU_TILE = 2048
+
+
+def tile_elems(device_type: str) -> int:
+    return NPU_TILE if device_type == "npu" else GPU_TILE
