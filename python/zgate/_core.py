@@ -513,6 +513,9 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     """
     kind = _kinds.get(type(dout)) or _classify(dout)
     if kind is TORCH:
+        if dout.device.type == "npu":
+            from . import triton as _tr
+            return _tr.bwd(dout, z, o, dz=dz, dout_scaled=dout_scaled, inplace=inplace)
         if _torch_compiling():
             from . import torch as _zt
             return _zt._bwd_traced(dout, z, o, dz, dout_scaled, inplace)
@@ -570,6 +573,9 @@ def fwd(o, z, *, out=None, num_threads=0):
     dtype. Streams as for bwd."""
     kind = _kinds.get(type(o)) or _classify(o)
     if kind is TORCH:
+        if o.device.type == "npu":
+            from . import triton as _tr
+            return _tr.fwd(o, z, out=out)
         if _torch_compiling():
             from . import torch as _zt
             return _zt._fwd_traced(o, z, out)

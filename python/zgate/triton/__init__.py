@@ -135,7 +135,7 @@ def _injective(t):
     """No two indices of t share an element: each stride (sorted) clears the extent of the
     dims inside it. Conservative: a layout this does not prove injective is refused."""
     extent = 0
-    for n, s in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
         if s <= extent:
             return False
         extent += (n - 1) * s
@@ -143,7 +143,9 @@ def _injective(t):
 
 
 def _compact(t):
-    return t.dim() == 0 or t.shape[-1] == 1 or t.stride(-1) == 1
+    """Whether t's innermost dim of more than one element has stride 1 (plan.collapse
+    takes it as it is)."""
+    return _plan.collapse(tuple(t.shape), [t.stride()]) is not None
 
 
 def _launch(op, tensors, outputs, grid=None):

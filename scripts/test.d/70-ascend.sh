@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Stage: zgate.triton, the Triton kernel for Ascend NPUs and NVIDIA GPUs, without either.
+#  1. tests/triton: the kernel under the Triton interpreter on CPU tensors (the Python that
+#     20-python set up: PyTorch and upstream Triton) against the float64 reference.
+#  2. tests/ascend, in a venv of its own with triton-ascend and ascendnpu-ir (they must not
+#     share an environment with upstream triton): triton-ascend's linalg lowering of the
+#     kernel executed on x86 (Debian's mlir-19-tools, llvm-19, clang-19), and the compile for
+#     Ascend 910B2/B3/B4 down to the final HIVM IR with its UB plan.
+# A tool that cannot be installed fails the stage; nothing here skips.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+py=python3
+root=$PWD
+
+debs=(mlir-19-tools llvm-19 clang-19 libmlir-19)
+missing=()
+for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "70-ascend: apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 1. interpreter, upstream Triton (comes with PyTorch)
+if ! "$py" -c "import torch, triton" 2>/dev/null; then
+  timeout 600 "$py" -m pip install -q --disable-pip-version-check torch
+fi
+"$py" -c "import torch, triton; print('70-ascend: torch', torch.__version__, 'triton', triton.__version__)"
+PYTHONPATH="$root/python" "$py" -m pytest -q -p no:cacheprovider tests/triton
+
+# 2. triton-ascend venv
+venv=${ZGATE_ASCEND_VENV:-$root/build/venv-ascend}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton.backends.ascend, ascendnpuir" 2>/dev/null; then
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "triton-ascend==3.2.0" \
+    "ascendnpu-ir==1.2.0" pybind11 "numpy<2.4" ml_dtypes pytest
+fi
+"$venv/bin/python" -c "import triton; from triton.backends import backends; assert 'ascend' in backends; print('70-ascend: triton-ascend', triton.__version__)"
+PYTHONPATH="$root/python" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/ascend

@@ -1,0 +1,164 @@
+"""zgate.triton on CPU tensors under the Triton interpreter: the case list of the
+self-check against the float64 reference, guard regions, layouts that need a copy, size 0,
+special values and every refusal. Run in its own process (conftest sets TRITON_INTERPRET)."""
+import numpy as np
+import pytest
+import torch
+
+import zgate
+import zgate.triton as zt
+from zgate import selfcheck
+from zg_oracle import check, inputs, ref_bwd, ref_fwd
+
+
+def test_selfcheck_case_list(tmp_path):
+    out = tmp_path / "report.md"
+    rc = selfcheck.main(["--backend", "triton", "--quick", "--output", str(out)])
+    text = out.read_text()
+    assert rc == 0, text
+    n = len(selfcheck.cases(quick=True))
+    assert "PASS: %d of %d cases passed" % (n, n) in text
+
+
+def test_selfcheck_golden_round_trip(tmp_path):
+    gold = tmp_path / "gold.npz"
+    args = ["--backend", "triton", "--quick", "--filter", "2x5x3x80"]
+    assert selfcheck.main(args + ["--save-golden", str(gold)]) == 0
+    assert selfcheck.main(args + ["--golden", str(gold)]) == 0
+    # a stored result one bfloat16 ulp off in many places must fail the comparison
+    data = dict(np.load(gold))
+    key = [k for k in data if "bfloat16 dense|0" in k][0]
+    data[key] = data[key] + np.uint16(2)
+    np.savez(gold, **data)
+    assert selfcheck.main(args + ["--golden", str(gold)]) == 1
+
+
+def _t(a):
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _guarded(shape, dtype, n_guard=37):
+    """A NaN-poisoned output viewed at the front of a larger buffer, and the buffer."""
+    n = int(np.prod(shape))
+    buf = torch.full((n + n_guard,), float("nan"), dtype=dtype)
+    buf[n:] = 12345.0
+    return buf[:n].view(shape), buf, n
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 5, 3, 80), (1, 3, 2, 3), (3, 1, 1, 1)])
+def test_bwd_fwd_guards(rng, dtype, shape):
+    dout, z, o = (_t(a).to(dtype) for a in inputs(rng, shape))
+    dz, bz, n = _guarded(shape, dtype)
+    dos, bs, _ = _guarded(shape, dtype)
+    zt.bwd(dout, z, o, dz=dz, dout_scaled=dos)
+    r = ref_bwd(*(a.float().numpy() for a in (dout, z, o)))
+    f = (lambda t: t.float().numpy().astype(np.float64))
+    for got, ref, sc, al in ((dz, r[0], r[2], r[4]), (dos, r[1], r[3], r[5])):
+        m = _measure(got, ref, sc, al)
+        assert m["bad"] == 0, m
+    assert (bz[n:] == 12345.0).all() and (bs[n:] == 12345.0).all()
+    out, bo, _ = _guarded(shape, dtype)
+    zt.fwd(o, z, out=out)
+    rf = ref_fwd(f(o), f(z))
+    assert _measure(out, *rf)["bad"] == 0
+    assert (bo[n:] == 12345.0).all()
+
+
+def _measure(t, ref, scale, allow):
+    from zgate.oracle import measure
+    import ml_dtypes
+    a = t.float().numpy()
+    if t.dtype == torch.bfloat16:
+        a = a.astype(ml_dtypes.bfloat16)
+        skip = np.abs(ref) < 2.0 ** -126     # the interpreter loses bfloat16 subnormals
+        return measure(a, ref, scale, allow, selfcheck.TRITON_F32_ULPS, skip, half_ulps=2.0)
+    a = a.astype(np.float16) if t.dtype == torch.float16 else a
+    return measure(a, ref, scale, allow, selfcheck.TRITON_F32_ULPS)
+
+
+def test_headdim_not_contiguous_is_copied(rng):
+    shape = (2, 4, 3, 5)
+    dout, z, o = (_t(a) for a in inputs(rng, shape))
+    zs = z.transpose(2, 3).contiguous().transpose(2, 3)        # headdim stride 3
+    dz = torch.full(shape[:3] + (shape[3],), float("nan")).transpose(2, 3).contiguous() \
+        .transpose(2, 3)
+    zt.bwd(dout, zs, o, dz=dz, dout_scaled=None)
+    r = ref_bwd(dout.numpy(), z.numpy(), o.numpy())
+    check("dz", dz.numpy(), r[0], r[2], r[4], selfcheck.TRITON_F32_ULPS)
+    d2 = dout.transpose(2, 3).contiguous().transpose(2, 3)     # in place through a copy
+    _, dos = zt.bwd(d2, z, o, inplace=True)
+    assert dos is d2
+    check("dos", d2.numpy(), r[1], r[3], r[5], selfcheck.TRITON_F32_ULPS)
+
+
+def test_inplace_and_zview(rng):
+    b, l, h, d, p = 2, 6, 3, 80, 3 * 80 + 40
+    dout, z, o = (_t(a) for a in inputs(rng, (b, l, h, d)))
+    proj = torch.randn(b, l, p)
+    proj[:, :, 8:8 + h * d] = z.reshape(b, l, h * d)
+    zv = proj[:, :, 8:8 + h * d].view(b, l, h, d)
+    assert zv.stride() == (l * p, p, d, 1)
+    r = ref_bwd(dout.numpy(), z.numpy(), o.numpy())
+    before = proj.clone()
+    dz, dos = zt.bwd(dout, zv, o, inplace=True)
+    assert dos is dout and torch.equal(proj, before)
+    check("dz", dz.numpy(), r[0], r[2], r[4], selfcheck.TRITON_F32_ULPS)
+    check("dos", dout.numpy(), r[1], r[3], r[5], selfcheck.TRITON_F32_ULPS)
+
+
+def test_special_values():
+    z = torch.tensor([0.0, -0.0, 1.0, -1.2785, 88.5, -88.5, 104.0, -104.0, 1e30, -1e30,
+                      float("inf"), float("-inf"), float("nan"), 3.0, 3.0, 3.0])
+    dout = torch.tensor([1.0] * 13 + [float("nan"), float("inf"), -float("inf")])
+    o = torch.full_like(z, 2.0)
+    z, dout, o = (t.view(1, 1, 1, 16) for t in (z, dout, o))
+    dz, dos = zt.bwd(dout, z, o)
+    r = ref_bwd(dout.numpy(), z.numpy(), o.numpy())
+    check("dz", dz.numpy(), r[0], r[2], r[4], selfcheck.TRITON_F32_ULPS)
+    check("dos", dos.numpy(), r[1], r[3], r[5], selfcheck.TRITON_F32_ULPS)
+    assert torch.isfinite(dz[..., :10]).all() and torch.isfinite(dos[..., :10]).all()
+
+
+def test_size_zero():
+    e = torch.empty(2, 0, 3, 4)
+    dz, dos = zt.bwd(e, e, e)
+    assert dz.shape == e.shape and dos.shape == e.shape
+    assert zt.fwd(e, e).shape == e.shape
+
+
+def _err(fn, status):
+    with pytest.raises(zgate.Error) as ei:
+        fn()
+    assert ei.value.status == status, ei.value
+    return ei.value
+
+
+def test_refusals_write_nothing():
+    S = zgate.Status
+    a = torch.randn(1, 2, 3, 4)
+    b, c = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    out = torch.full((1, 2, 3, 4), 7.0)
+    _err(lambda: zt.bwd(a, b, torch.randn(1, 2, 3, 5), dz=out), S.ERR_SHAPE_MISMATCH)
+    _err(lambda: zt.bwd(a, b, c[0], dz=out), S.ERR_NDIM)
+    e = _err(lambda: zt.bwd(a, b.to(torch.int32), c, dz=out), S.ERR_DTYPE)
+    assert "int32" in str(e)
+    _err(lambda: zt.bwd(a, b, c, dz=b), S.ERR_ALIAS)
+    _err(lambda: zt.fwd(a, b, out=a), S.ERR_ALIAS)
+    _err(lambda: zt.bwd(a, b, c, dz=out, dout_scaled=out), S.ERR_ALIAS)
+    _err(lambda: zt.bwd(a, b, c, dz=out, dout_scaled=torch.zeros(1).expand(1, 2, 3, 4)),
+         S.ERR_OUTPUT_SELF_OVERLAP)
+    flat = torch.randn(24 + 1)
+    shifted = flat[1:].view(1, 2, 3, 4)
+    base = flat[:24].view(1, 2, 3, 4)
+    _err(lambda: zt.bwd(base, b, c, dz=out, dout_scaled=shifted), S.ERR_INPLACE_MISMATCH)
+    with pytest.raises(zgate.Error):
+        zt.bwd(a, b, c, dout_scaled=out, inplace=True)
+    assert (out == 7.0).all()
+
+
+def test_backend_availability_messages():
+    assert zt.available("cpu") is None
+    why = zt.available("npu")
+    assert why and ("triton-ascend" in why or "torch_npu" in why)
+    assert "no backend" in zt.available("xpu")
