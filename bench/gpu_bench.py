@@ -500,6 +500,11 @@ def main():
 
                 def fn(res=res):
                     res["out"] = compiled(dout, z, o)
+            elif impl == "triton":  # zgate.triton: the Ascend-ready Triton kernel, on CUDA
+                from zgate import triton as zg_triton
+
+                def fn(dz=dz, dos=dos):
+                    zg_triton.bwd(dout, z, o, dz=dz, dout_scaled=dos)
             elif impl == "zgate_co":  # zgate writing into buffers torch.compile allocated
                 dz, dos = compiled(dout, z, o)
                 fn = shim.bwd_fn(dout, z, o, dz, dos)
@@ -526,7 +531,7 @@ def main():
                 row[impl + "_clean_ms"] = clean_flush_ms(fn)
             if not args.quick:
                 row[impl + "_call_us"] = per_call_us(fn, ms)
-            if impl in ("zgate", "zgate_aa", "orig", "zgate_co") or impl in variants:
+            if impl in ("zgate", "zgate_aa", "orig", "zgate_co", "triton") or impl in variants:
                 got_dz, got_dos = dz, dos
             else:
                 got_dz, got_dos = res["out"]
