@@ -43,7 +43,7 @@ static const char *range_cell(char *buf, size_t n, const double v[3], double sca
 }
 
 void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
-  printf("%-10s %-3s %-22s %-8s %-8s %9s  %-26s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
+  printf("%-10s %-3s %-22s %-8s %-8s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
          "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
   int nflag = 0;
   for (int i = 0; i < n; i++) {
@@ -57,7 +57,7 @@ void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
     }
     const char *flag = cli_bench_flag(x);
     nflag += flag[0] != 0;
-    printf("%-10s %-3s %-22s %-8s %-8s %9.1f  %-26s %-20s %-20s %-21s %s\n", x->backend, x->op, shape, dts,
+    printf("%-10s %-3s %-22s %-8s %-8s %9.1f  %-30s %-20s %-20s %-21s %s\n", x->backend, x->op, shape, dts,
            cli_layout_names[x->layout], x->bytes / 1e6, range_cell(c1, sizeof c1, x->time_s, 1e6),
            range_cell(c2, sizeof c2, x->gbps, 1.0), range_cell(c3, sizeof c3, x->ceiling_gbps, 1.0),
            range_cell(c4, sizeof c4, x->pct, 1.0), flag);
@@ -66,7 +66,7 @@ void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
   if (nflag)
     printf("%d of %d rows flagged: 'noisy' = the slowest timed call (zgate's or the ceiling's) took more than %.2fx "
            "the fastest; 'above ceiling' = over %.0f%% of the ceiling, which a memory-bound operator cannot reach. "
-           "Other work was running (load average at start: %.2f on %d CPUs): rerun on a quiet machine.\n",
+           "The machine was busy (load average at start: %.2f on %d CPUs): rerun on a quiet one.\n",
            nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, m->have_load ? m->load[0] : -1.0, m->cpus);
 }
 
