@@ -16,7 +16,14 @@
 void cli_stream_ceiling(const void *a, const void *b, const void *c, void *d, void *e, size_t bytes, int threads);
 int cli_stream_ceiling_has_nt(void);
 
-/* One measured configuration. */
+/* Rows whose figures cannot be trusted: the slowest timed call (the operator's or the
+ * ceiling's) took more than NOISY_SPREAD times the fastest, or the operator beat its ceiling
+ * by more than a memory-bound operator can (MAX_PLAUSIBLE_PCT): the machine was busy. */
+#define BENCH_NOISY_SPREAD 1.25
+#define BENCH_MAX_PLAUSIBLE_PCT 105.0
+
+/* One measured configuration. Figures of three: [0] at the median time, [1] the lowest, [2]
+ * the highest over the timed calls (times: median, fastest, slowest). */
 typedef struct bench_result {
   char backend[48];
   int is_cuda;
@@ -26,12 +33,13 @@ typedef struct bench_result {
   int layout;
   int64_t elements;
   double bytes;          /* bytes the operator reads plus writes */
+  double ceiling_bytes;  /* bytes the ceiling moves (the same, rounded up to whole lines) */
   int repeats;
-  double median_s, min_s, first_s;
-  double gbps;
-  double ceiling_gbps, ceiling_median_s;
-  double pct;            /* 100 * gbps / ceiling_gbps */
+  double time_s[3], ceiling_s[3], first_s;
+  double gbps[3], ceiling_gbps[3];
+  double pct[3];         /* 100 * gbps / ceiling_gbps; the range pairs the extremes */
   int threads;
+  int failed;            /* zgate returned an error (else error[] says why it did not run) */
   char error[256];       /* non-empty when the configuration could not run */
 } bench_result;
 
@@ -40,12 +48,21 @@ typedef struct bench_meta {
   const char *ceiling_cuda;
   int threads;
   char date[64];
+  int have_load, cpus;      /* the load average when the run started, and the CPUs online */
+  double load[3];
 } bench_meta;
 
+/* "" for a trustworthy row, else why not ("noisy", "above ceiling" or both). */
+const char *cli_bench_flag(const bench_result *r);
+/* The table on stdout, a line for each flagged row's reason at the end. */
+void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m);
 int cli_bench_write_json(const char *path, const bench_result *r, int n, const bench_meta *m);
-/* Writes <base>.dat and <base>.gp next to png_path and runs gnuplot when it is found.
- * Returns 0 when the PNG was drawn, 1 when gnuplot is missing (files written, message
- * printed), -1 on an error (message printed). */
+/* The chart goes to png_path; the gnuplot data and script beside it, named as png_path with
+ * its ".png" replaced by ".dat" and ".gp" (appended when it has none). */
+int cli_bench_check_png(const char *png_path); /* 0, or -1 after a message (before any work) */
+/* Writes the .dat and .gp files and runs gnuplot when it is found. Returns 0 when the PNG
+ * was drawn, 1 when gnuplot is missing (files written, message printed), -1 on an error
+ * (message printed). */
 int cli_bench_plot(const char *png_path, const bench_result *r, int n, const bench_meta *m);
 
 #endif /* ZGATE_CLI_BENCH_H */

@@ -10,8 +10,10 @@
 
 #include <zgate.h>
 
-/* Exit codes of every subcommand. */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+/* Exit codes of every subcommand: 1 when a check failed or zgate returned an error, 2 for
+ * bad options or an output path that cannot be written (nothing is run), 3 when something
+ * asked for did not run (not enough memory, no device) and nothing failed. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NOT_RUN = 3 };
 
 /* ---- messages ------------------------------------------------------------------------- */
 
@@ -41,6 +43,9 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, int n
 int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
                   long long *out);
 int cli_parse_shape(const char *cmd, const char *s, int64_t shape[4]);
+/* A size in bytes: "8G", "512M", "1.5T", "4096" (K, M, G, T: powers of 1024; a trailing B or
+ * iB is allowed). */
+int cli_parse_size(const char *cmd, const char *opt, const char *s, double *bytes);
 
 /* Tensor dtypes of one call, in the order dout, z, o, dz, dout_scaled. */
 enum { CLI_DOUT = 0, CLI_Z = 1, CLI_O = 2, CLI_DZ = 3, CLI_DOS = 4, CLI_NT = 5 };
@@ -57,6 +62,9 @@ const char *cli_dtype_name(DLDataType t);
 int cli_dtype_size(DLDataType t);
 /* "bf16" when all five agree, else "dout=bf16 z=f32 ...". */
 void cli_dtypes_str(const cli_dtypes *d, char *buf, size_t n);
+/* The same for the tensors one direction uses: the backward all five, the forward o, z and
+ * its output (stored as dz): "bf16" or "o=bf16 z=f32 out=f16". */
+void cli_op_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n);
 
 /* Layouts of the test and benchmark tensors. */
 typedef enum cli_layout {
@@ -68,6 +76,7 @@ typedef enum cli_layout {
   CLI_NLAYOUTS = 4
 } cli_layout;
 extern const char *const cli_layout_names[CLI_NLAYOUTS];
+extern const char *const cli_layout_about[CLI_NLAYOUTS]; /* what each name means, in words */
 /* Comma-separated layout names into a bit mask (bit i = layout i). */
 int cli_parse_layouts(const char *cmd, const char *s, unsigned *mask);
 /* --op: "bwd" -> 1, "fwd" -> 2, "both" -> 3 (a bit mask); 0 or -1 (message printed). */
@@ -89,7 +98,8 @@ extern const char *const cli_cpu_isas[4];
 /* Fill `out` with the backends selected by `spec` (NULL = every available one: each CPU path
  * this machine runs, each CUDA device); `skipped` (may be NULL) gets a line per path built
  * but not runnable here, for the report. Returns the count, or -1 after a message. */
-int cli_backends(const char *cmd, const char *spec, cli_backend *out, char *skipped, size_t nskipped);
+int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend *out, char *skipped,
+                 size_t nskipped); /* opt: the option that gave spec, for messages */
 
 /* ---- CUDA runtime (stubs when the tool is built without CUDA) ------------------------- */
 
@@ -135,6 +145,8 @@ typedef struct cli_buf {
 /* Allocate tensor `which` (CLI_DOUT..CLI_DOS) of `layout`; poisons it (all bits set, a NaN
  * in every dtype). Returns 0, or -1 when out of memory. */
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
+/* The bytes cli_buf_make allocates for that tensor, guards included. */
+double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
 void cli_buf_free(cli_buf *b);
 /* The DLTensor of the view (host or device memory as the buffer says). */
 DLTensor cli_buf_tensor(const cli_buf *b);
@@ -157,6 +169,19 @@ typedef struct cli_rng {
 uint64_t cli_rng_next(cli_rng *r);
 double cli_rng_uniform(cli_rng *r); /* [0, 1) */
 double cli_rng_normal(cli_rng *r);
+
+/* ---- the machine (cli_system.c) -------------------------------------------------------- */
+
+/* 0 when `need` bytes fit both the host memory available now (MemAvailable, /proc/meminfo)
+ * and max_bytes (when > 0, from --max-memory); else -1 and `why` says "needs ... of memory, more than ..."
+ * with both figures. Asked before a case allocates anything. */
+int cli_memory_fits(double need, double max_bytes, char *why, size_t n);
+void cli_bytes_str(double bytes, char *buf, size_t n); /* "23.8 GiB" */
+/* 0 when `path` (the value of option `opt`) can be written: an existing writable file, or a
+ * new name in a writable directory; else -1 after a message with the OS's reason. */
+int cli_check_output(const char *cmd, const char *opt, const char *path);
+/* /proc/loadavg's 1, 5 and 15 minute figures and the CPUs online; 0, or -1 (unknown). */
+int cli_loadavg(double load[3], int *cpus);
 
 /* ---- misc ----------------------------------------------------------------------------- */
 

@@ -10,6 +10,11 @@
 
 const char *const cli_tensor_names[CLI_NT] = {"dout", "z", "o", "dz", "dos"};
 const char *const cli_layout_names[CLI_NLAYOUTS] = {"dense", "zview", "permuted", "inplace"};
+const char *const cli_layout_about[CLI_NLAYOUTS] = {
+    "every tensor compact row-major",
+    "z a strided view into the input projection (rows of 2*H*D+32 elements, z at offset H*D)",
+    "every tensor in another memory order, some rows padded, z's headdim strided",
+    "dense, dout_scaled written over dout"};
 
 void cli_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
@@ -187,6 +192,13 @@ void cli_dtypes_str(const cli_dtypes *d, char *buf, size_t n) {
   }
   snprintf(buf, n, "dout=%s z=%s o=%s dz=%s dos=%s", cli_dtype_name(d->t[0]), cli_dtype_name(d->t[1]),
            cli_dtype_name(d->t[2]), cli_dtype_name(d->t[3]), cli_dtype_name(d->t[4]));
+}
+
+void cli_op_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n) {
+  const char *o = cli_dtype_name(d->t[CLI_O]), *z = cli_dtype_name(d->t[CLI_Z]), *out = cli_dtype_name(d->t[CLI_DZ]);
+  if (!fwd) cli_dtypes_str(d, buf, n);
+  else if (!strcmp(o, z) && !strcmp(o, out)) snprintf(buf, n, "%s", o);
+  else snprintf(buf, n, "o=%s z=%s out=%s", o, z, out);
 }
 
 int cli_parse_op(const char *cmd, const char *s, int *ops) {

@@ -53,7 +53,27 @@ static int add_cuda(cli_backend *out, int *count, int device) {
   return 0;
 }
 
-int cli_backends(const char *cmd, const char *spec, cli_backend *out, char *skipped, size_t nskipped) {
+/* 'best' is the library's default CPU path, which ZGATE_CPU_ISA can leave empty: say so. */
+static int no_default_path(const char *cmd) {
+  const char *env = getenv("ZGATE_CPU_ISA");
+  int known = 0;
+  char runnable[64] = "";
+  for (int i = 0; i < 4; i++) {
+    known |= env && !strcmp(env, cli_cpu_isas[i]);
+    if (zgate_cpu_isa_available(cli_cpu_isas[i])) {
+      size_t len = strlen(runnable);
+      snprintf(runnable + len, sizeof runnable - len, " %s", cli_cpu_isas[i]);
+    }
+  }
+  cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); "
+                 "unset ZGATE_CPU_ISA or set it to a path this machine runs:%s",
+            env ? env : "", known ? "is a path this machine cannot run" : "names no CPU path (scalar, avx2, avx512, neon, auto)",
+            runnable);
+  return -1;
+}
+
+int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend *out, char *skipped,
+                 size_t nskipped) {
   int count = 0;
   if (skipped && nskipped) skipped[0] = '\0';
   int ndev = cli_cuda_device_count();
@@ -94,8 +114,8 @@ int cli_backends(const char *cmd, const char *spec, cli_backend *out, char *skip
     } else if (!strcmp(isa, "best") || !strcmp(isa, "default")) {
       const char *chosen = zgate_cpu_isa_chosen();
       for (int i = 0; i < 4; i++)
-        if (!strcmp(chosen, cli_cpu_isas[i])) add_cpu(out, &count, cli_cpu_isas[i]);
-      done = 1;
+        if (!strcmp(chosen, cli_cpu_isas[i])) add_cpu(out, &count, cli_cpu_isas[i]), done = 1;
+      if (!done) return no_default_path(cmd);
     } else {
       for (int i = 0; i < 4; i++) {
         if (strcmp(isa, cli_cpu_isas[i])) continue;
@@ -138,8 +158,10 @@ int cli_backends(const char *cmd, const char *spec, cli_backend *out, char *skip
   if (count == 0) goto bad;
   return count;
 bad:
-  cli_error(cmd, "--backend wants a comma-separated list of: all, cpu, best, scalar, avx2, avx512, neon "
-                 "(or cpu:NAME), cuda, cuda:N; got '%s'", spec);
+  cli_error(cmd, "%s wants a comma-separated list of: %s; got '%s'", opt,
+            strcmp(opt, "--isa") ? "all, cpu, best, scalar, avx2, avx512, neon (or cpu:NAME), cuda, cuda:N"
+                                 : "cpu, best, scalar, avx2, avx512, neon (or cpu:NAME)",
+            spec);
   return -1;
 }
 
@@ -158,8 +180,18 @@ static int cuda_ok(cudaError_t e, const char *what) {
 
 const char *cli_cuda_last_error(void) { return cuda_msg[0] ? cuda_msg : "no error"; }
 
+/* The driver's version, 0 when no CUDA driver is installed. */
+static int driver_version(void) {
+  int drv = 0;
+  return cudaDriverGetVersion(&drv) == cudaSuccess ? drv : 0;
+}
+
 int cli_cuda_device_count(void) {
   int n = 0;
+  if (!driver_version()) {
+    snprintf(cuda_msg, sizeof cuda_msg, "no CUDA driver is installed on this machine");
+    return 0;
+  }
   if (cuda_ok(cudaGetDeviceCount(&n), "cudaGetDeviceCount")) return 0;
   return n;
 }
@@ -175,10 +207,12 @@ void cli_cuda_describe(int device, char *buf, size_t n) {
 }
 
 void cli_cuda_versions(char *buf, size_t n) {
-  int drv = 0, rt = 0;
-  cudaDriverGetVersion(&drv);
+  int drv = driver_version(), rt = 0;
   cudaRuntimeGetVersion(&rt);
-  snprintf(buf, n, "driver %d.%d, runtime %d.%d", drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+  if (drv)
+    snprintf(buf, n, "driver %d.%d, runtime %d.%d", drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+  else
+    snprintf(buf, n, "runtime %d.%d", rt / 1000, (rt % 1000) / 10);
 }
 
 void *cli_cuda_malloc(int device, size_t bytes) {

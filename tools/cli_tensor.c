@@ -59,15 +59,25 @@ static int64_t span(const int64_t sh[4], const int64_t st[4]) {
   return s;
 }
 
+/* The view's strides and first element, and the elements of the whole allocation. */
+static int64_t layout_slots(int which, cli_layout layout, const int64_t shape[4], int64_t strides[4], int64_t *offset) {
+  int64_t skip;
+  layout_strides(which, layout, shape, strides, &skip);
+  *offset = GUARD_FRONT + skip;
+  return *offset + span(shape, strides) + GUARD_BACK;
+}
+
+double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
+  int64_t strides[4], offset;
+  return (double)layout_slots(which, layout, shape, strides, &offset) * (double)cli_dtype_size(dtype);
+}
+
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
   memset(b, 0, sizeof *b);
   b->dtype = dtype;
   b->esize = cli_dtype_size(dtype);
   memcpy(b->shape, shape, sizeof b->shape);
-  int64_t skip;
-  layout_strides(which, layout, shape, b->strides, &skip);
-  b->offset = GUARD_FRONT + skip;
-  b->nslots = b->offset + span(shape, b->strides) + GUARD_BACK;
+  b->nslots = layout_slots(which, layout, shape, b->strides, &b->offset);
   double bytes = (double)b->nslots * (double)b->esize;
   if (bytes > 1.0e15) return -1;
   b->host = malloc((size_t)b->nslots * (size_t)b->esize);

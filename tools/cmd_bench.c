@@ -19,7 +19,8 @@ typedef struct bench_cfg {
   cli_dtypes dtypes[MAX_DTYPES];
   int ndtypes;
   unsigned layouts;
-  const char *backend_spec;
+  const char *backend_spec, *backend_opt; /* backend_opt: --backend or --isa, for messages */
+  double max_memory;                     /* bytes a configuration may take, 0 = what is available */
   int threads;
   int repeats, warmup;
   int ops;
@@ -43,7 +44,13 @@ static void usage(FILE *f) {
           "each) and the percentage of a ceiling measured in the same run over the same bytes:\n"
           "on the CPU a streaming kernel with 3 reads and 2 non-temporal writes on the same\n"
           "threads, on CUDA a device-to-device copy (L2 flushed before every timed call).\n"
-          "Prints a table, writes JSON and a PNG chart (the chart needs gnuplot).\n"
+          "Every figure comes with its range over the timed calls (fastest..slowest); a row whose\n"
+          "calls spread more than %.2fx, or that exceeds %.0f%% of its ceiling, is flagged: the\n"
+          "machine was busy (the load average at the start is printed and stored). Prints a\n"
+          "table, writes JSON and a PNG chart (the chart needs gnuplot). Exits 0 when every\n"
+          "configuration ran, 1 when zgate returned an error, 2 on bad options or an output path\n"
+          "that cannot be written (checked before any work), 3 when a configuration did not run\n"
+          "(not enough memory, no elements, no device).\n"
           "\n"
           "options:\n"
           "  --shape B,L,H,D    a shape; repeat for several (default on the CPU: (2,2048,24,64),\n"
@@ -60,15 +67,20 @@ static void usage(FILE *f) {
           "  --repeats N        timed calls per configuration, the median is reported (default 10\n"
           "                     on the CPU, 50 on CUDA)\n"
           "  --warmup N         untimed calls first (default 2)\n"
+          "  --max-memory SIZE  host memory a configuration may take, e.g. 8G (default: MemAvailable\n"
+          "                     now); one that needs more is not run, and says how much it needs\n"
           "  --json PATH        results as JSON (default zgate-bench.json)\n"
-          "  --png PATH         chart (default zgate-bench.png; PATH.gp and PATH.dat beside it)\n"
+          "  --png PATH         chart (default zgate-bench.png), with its gnuplot data and script\n"
+          "                     beside it: PATH with .png replaced by .dat and .gp\n"
           "  --no-plot          do not write the chart\n"
-          "  --help             this text\n");
+          "  --help             this text\n",
+          BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT);
 }
 
 static const cli_opt bench_opts[] = {{"shape", 1},   {"dtype", 1},   {"layout", 1}, {"backend", 1},
                                      {"op", 1},      {"threads", 1}, {"repeats", 1}, {"warmup", 1},
-                                     {"json", 1},    {"png", 1},     {"no-plot", 0}, {"isa", 1}};
+                                     {"json", 1},    {"png", 1},     {"no-plot", 0}, {"isa", 1},
+                                     {"max-memory", 1}};
 
 static int on_opt(void *ctx, int which, const char *v) {
   bench_cfg *c = ctx;
@@ -81,7 +93,7 @@ static int on_opt(void *ctx, int which, const char *v) {
     if (c->ndtypes >= MAX_DTYPES) return cli_error("bench", "at most %d --dtype options", MAX_DTYPES), -1;
     return cli_parse_dtypes("bench", v, &c->dtypes[c->ndtypes++]);
   case 2: return cli_parse_layouts("bench", v, &c->layouts);
-  case 3: c->backend_spec = v; return 0;
+  case 3: c->backend_spec = v, c->backend_opt = "--backend"; return 0;
   case 4: return cli_parse_op("bench", v, &c->ops);
   case 5:
     if (cli_parse_int("bench", "--threads", v, 0, 4096, &n)) return -1;
@@ -101,8 +113,9 @@ static int on_opt(void *ctx, int which, const char *v) {
   case 11: /* --isa: the CPU paths only, same names as --backend */
     if (strstr(v, "cuda"))
       return cli_error("bench", "--isa takes CPU paths (scalar, avx2, avx512, neon); use --backend for CUDA"), -1;
-    c->backend_spec = v;
+    c->backend_spec = v, c->backend_opt = "--isa";
     return 0;
+  case 12: return cli_parse_size("bench", "--max-memory", v, &c->max_memory);
   }
   return -1;
 }
@@ -112,9 +125,12 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+/* The median, fastest and slowest of n times (sorts them). */
+static void summarize(double *v, int n, double out[3]) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  out[0] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  out[1] = v[0];
+  out[2] = v[n - 1];
 }
 
 /* Inputs for timing: a repeating table of ordinary values, written row by row (fast even for
@@ -152,7 +168,7 @@ static void progress(const bench_ctx *ctx, const bench_result *r, const char *wh
   if (!ctx->tty && strcmp(what, "allocating") != 0) return; /* a log gets one line per configuration */
   char shape[64], dts[64];
   cli_shape_str(r->shape, shape, sizeof shape);
-  cli_dtypes_str(&r->dt, dts, sizeof dts);
+  cli_op_dtypes_str(&r->dt, r->op[0] == 'f', dts, sizeof dts);
   if (!ctx->tty)
     fprintf(stderr, "zgate bench [%d/%d] %s %s %s %s %s\n", ctx->index, ctx->total, r->backend, r->op, shape, dts,
             cli_layout_names[r->layout]);
@@ -168,6 +184,37 @@ static int call_op(const bench_result *r, cli_buf *b, cli_buf *dos, const zgate_
   DLTensor t3 = cli_buf_tensor(&b[CLI_DZ]), t4 = cli_buf_tensor(dos);
   if (r->op[0] == 'b') return zgate_bwd(&t0, &t1, &t2, &t3, &t4, opts);
   return zgate_fwd(&t2, &t1, &t3, opts);
+}
+
+/* The tensors a configuration allocates: the forward has no dout and dout_scaled, in place
+ * writes dout_scaled over dout. */
+static int uses_tensor(const bench_result *r, int which) {
+  if (which == CLI_DOS && r->layout == CLI_INPLACE) return 0;
+  return r->op[0] == 'b' || (which != CLI_DOUT && which != CLI_DOS);
+}
+
+/* Each of the CPU ceiling's five arrays: a fifth of the bytes, in whole 64-byte lines. */
+static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63; }
+
+/* The CPU ceiling runs on the backward's own five buffers when each holds that many bytes
+ * (the memory zgate was just timed on: on a VM, where guest pages land can change a stream's
+ * bandwidth by 20%), else on fresh ones (the forward; in place; mixed
+ * dtypes). */
+static int ceiling_on_own_buffers(const bench_result *r) {
+  if (r->op[0] != 'b' || r->layout == CLI_INPLACE) return 0;
+  for (int i = 0; i < CLI_NT; i++)
+    if (cli_buf_bytes(i, (cli_layout)r->layout, r->shape, r->dt.t[i]) < (double)ceiling_each(r)) return 0;
+  return 1;
+}
+
+/* Host bytes a configuration holds: its tensors, and on the CPU the ceiling's arrays when it
+ * cannot use the tensors. */
+static double config_bytes(const bench_result *r) {
+  double sum = 0;
+  for (int i = 0; i < CLI_NT; i++)
+    if (uses_tensor(r, i)) sum += cli_buf_bytes(i, (cli_layout)r->layout, r->shape, r->dt.t[i]);
+  if (!r->is_cuda && !ceiling_on_own_buffers(r)) sum += 5.0 * (double)ceiling_each(r);
+  return sum;
 }
 
 static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_buf *dos, const char *isa) {
@@ -189,6 +236,7 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
     if (i == 0) r->first_s = cli_now() - t0;
     if (st != ZGATE_OK) {
       snprintf(r->error, sizeof r->error, "zgate returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
+      r->failed = 1;
       free(t);
       return;
     }
@@ -202,20 +250,14 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
     t[i] = cli_now() - t0;
   }
   r->repeats = reps;
-  r->median_s = median(t, reps);
-  r->min_s = t[0];
+  summarize(t, reps, r->time_s);
 
-  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written. The
-   * backward's own five buffers when each holds that many bytes (the memory zgate was just
-   * timed on: on a VM, where guest pages land can change a stream's bandwidth by 20%,
-   * perf-notes entry 50), else fresh ones (the forward; in place; mixed dtypes). */
-  size_t each = ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63;
+  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written, on
+   * the operator's own buffers where they serve (and are aligned for 16-byte loads). */
+  size_t each = ceiling_each(r);
   void *a[5] = {0}, *own[5] = {b[CLI_DOUT].host, b[CLI_Z].host, b[CLI_O].host, b[CLI_DZ].host, dos->host};
-  int use_own = r->op[0] == 'b' && dos != &b[CLI_DOUT];
-  for (int i = 0; i < 5 && use_own; i++) {
-    const cli_buf *bi = i == 4 ? dos : &b[i];
-    use_own = own[i] && ((uintptr_t)own[i] & 15u) == 0 && (size_t)bi->nslots * (size_t)bi->esize >= each;
-  }
+  int use_own = ceiling_on_own_buffers(r);
+  for (int i = 0; i < 5 && use_own; i++) use_own = ((uintptr_t)own[i] & 15u) == 0;
   int ok = 1;
   for (int i = 0; i < 5; i++) {
     if (use_own) {
@@ -234,8 +276,8 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
       cli_stream_ceiling(a[0], a[1], a[2], a[3], a[4], each, cfg->threads);
       t[i] = cli_now() - t0;
     }
-    r->ceiling_median_s = median(t, reps);
-    r->ceiling_gbps = 5.0 * (double)each / r->ceiling_median_s / 1e9;
+    summarize(t, reps, r->ceiling_s);
+    r->ceiling_bytes = 5.0 * (double)each;
   } else {
     snprintf(r->error, sizeof r->error, "out of memory for the ceiling buffers");
   }
@@ -274,6 +316,7 @@ static void measure_cuda(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_
     if (st != ZGATE_OK) {
       snprintf(r->error, sizeof r->error, "zgate returned %d (%s): %s", st, zgate_status_str(st),
                zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
+      r->failed = 1;
       goto done;
     }
   }
@@ -290,8 +333,7 @@ static void measure_cuda(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_
     t[i] = ms * 1e-3;
   }
   r->repeats = reps;
-  r->median_s = median(t, reps);
-  r->min_s = t[0];
+  summarize(t, reps, r->time_s);
   /* The ceiling: a device-to-device copy moving the same bytes (half read, half written). */
   src = cli_cuda_malloc(device, half);
   dst = cli_cuda_malloc(device, half);
@@ -308,11 +350,12 @@ static void measure_cuda(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_
       goto cuda_fail;
     t[i] = ms * 1e-3;
   }
-  r->ceiling_median_s = median(t, reps);
-  r->ceiling_gbps = 2.0 * (double)half / r->ceiling_median_s / 1e9;
+  summarize(t, reps, r->ceiling_s);
+  r->ceiling_bytes = 2.0 * (double)half;
   goto done;
 cuda_fail:
   snprintf(r->error, sizeof r->error, "CUDA: %s", cli_cuda_last_error());
+  r->failed = 1;
 done:
   cli_cuda_free(device, src);
   cli_cuda_free(device, dst);
@@ -324,27 +367,38 @@ done:
 static void run_config(const bench_ctx *ctx, bench_result *r, const cli_backend *be) {
   cli_buf b[CLI_NT];
   memset(b, 0, sizeof b);
-  const int inplace = r->layout == CLI_INPLACE, fwd = r->op[0] == 'f';
+  char why[160], shape[64];
+  if (cli_memory_fits(config_bytes(r), ctx->cfg->max_memory, why, sizeof why)) {
+    snprintf(r->error, sizeof r->error, "not run: %s", why);
+    cli_shape_str(r->shape, shape, sizeof shape);
+    fprintf(stderr, "%szgate bench: %s %s %s %s: %s\n", ctx->tty ? "\r" : "", r->backend, r->op, shape,
+            cli_layout_names[r->layout], r->error);
+    return;
+  }
   int ok = 1;
   progress(ctx, r, "allocating");
-  for (int i = 0; i < CLI_NT && ok; i++) {
-    if ((inplace && i == CLI_DOS) || (fwd && (i == CLI_DOUT || i == CLI_DOS))) continue;
-    if (cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i])) ok = 0;
-  }
+  for (int i = 0; i < CLI_NT && ok; i++)
+    if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i])) ok = 0;
   if (!ok) {
-    snprintf(r->error, sizeof r->error, "not enough host memory for this shape");
+    snprintf(r->error, sizeof r->error, "not run: out of host memory for this shape");
   } else {
     progress(ctx, r, "filling inputs");
     for (int i = 0; i < 3; i++)
       if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
-    cli_buf *dos = inplace ? &b[CLI_DOUT] : &b[CLI_DOS];
+    cli_buf *dos = r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS];
     if (be->is_cuda) measure_cuda(ctx, r, b, dos, be->device);
     else measure_cpu(ctx, r, b, dos, be->isa);
   }
   for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
-  if (!r->error[0]) {
-    r->gbps = r->bytes / r->median_s / 1e9;
-    r->pct = r->ceiling_gbps > 0 ? 100.0 * r->gbps / r->ceiling_gbps : 0.0;
+  if (!r->error[0])
+    for (int k = 0; k < 3; k++) { /* the lowest rate is the slowest call's */
+      r->gbps[k] = r->bytes / r->time_s[k ? 3 - k : 0] / 1e9;
+      r->ceiling_gbps[k] = r->ceiling_bytes / r->ceiling_s[k ? 3 - k : 0] / 1e9;
+    }
+  if (!r->error[0] && r->ceiling_gbps[0] > 0) {
+    r->pct[0] = 100.0 * r->gbps[0] / r->ceiling_gbps[0];
+    r->pct[1] = 100.0 * r->gbps[1] / r->ceiling_gbps[2];
+    r->pct[2] = 100.0 * r->gbps[2] / r->ceiling_gbps[1];
   }
 }
 
@@ -357,12 +411,14 @@ int cli_cmd_bench(int argc, char **argv) {
   cfg.json = "zgate-bench.json";
   cfg.png = "zgate-bench.png";
   cfg.plot = 1;
+  cfg.backend_opt = "--backend";
   int pr = cli_parse("bench", argc, argv, bench_opts, (int)(sizeof bench_opts / sizeof bench_opts[0]), on_opt, &cfg);
   if (pr < 0) {
     usage(stdout);
     return CLI_EXIT_OK;
   }
   if (pr) return pr;
+  if (cli_check_output("bench", "--json", cfg.json) || (cfg.plot && cli_bench_check_png(cfg.png))) return CLI_EXIT_USAGE;
   const int user_shapes = cfg.nshapes > 0;
   if (cfg.ndtypes == 0) {
     cfg.ndtypes = (int)(sizeof default_dtypes / sizeof default_dtypes[0]);
@@ -371,12 +427,12 @@ int cli_cmd_bench(int argc, char **argv) {
   cli_backend be[CLI_MAX_BACKENDS];
   int nbe;
   if (cfg.backend_spec) {
-    nbe = cli_backends("bench", cfg.backend_spec, be, NULL, 0);
+    nbe = cli_backends("bench", cfg.backend_opt, cfg.backend_spec, be, NULL, 0);
   } else { /* the default path of the CPU, and every GPU */
-    nbe = cli_backends("bench", "best", be, NULL, 0);
+    nbe = cli_backends("bench", "--backend", "best", be, NULL, 0);
     if (nbe >= 0 && zgate_cuda_built() && cli_cuda_device_count() > 0) {
       cli_backend more[CLI_MAX_BACKENDS];
-      int nm = cli_backends("bench", "cuda", more, NULL, 0);
+      int nm = cli_backends("bench", "--backend", "cuda", more, NULL, 0);
       for (int i = 0; i < nm && nbe < CLI_MAX_BACKENDS; i++) be[nbe++] = more[i];
     }
   }
@@ -420,47 +476,37 @@ int cli_cmd_bench(int argc, char **argv) {
           }
     }
 
+  bench_meta meta;
+  memset(&meta, 0, sizeof meta);
+  meta.have_load = cli_loadavg(meta.load, &meta.cpus) == 0;
+  if (meta.have_load)
+    printf("load average at start: %.2f %.2f %.2f on %d CPUs%s\n", meta.load[0], meta.load[1], meta.load[2], meta.cpus,
+           meta.load[0] >= 0.5 ? " (other work is running: expect the figures to swing)" : "");
   bench_ctx ctx = {&cfg, 0, nres, cli_stderr_is_tty()};
-  int nfail = 0;
+  int nfail = 0, nnot_run = 0;
   for (int i = 0; i < nres; i++) {
     ctx.index = i + 1;
     const cli_backend *b = NULL;
     for (int k = 0; k < nbe; k++)
       if (!strcmp(be[k].label, res[i].backend)) b = &be[k];
     if (res[i].elements == 0) {
-      snprintf(res[i].error, sizeof res[i].error, "nothing to time: the shape has no elements");
+      snprintf(res[i].error, sizeof res[i].error, "not run: the shape has no elements");
     } else {
       run_config(&ctx, &res[i], b);
     }
-    if (res[i].error[0]) nfail++;
+    if (res[i].failed) nfail++;
+    else if (res[i].error[0]) nnot_run++;
   }
   if (ctx.tty) fprintf(stderr, "\r%100s\r", "");
 
-  /* The table. */
-  printf("%-10s %-3s %-22s %-8s %-8s %9s %11s %9s %11s %7s\n", "backend", "op", "shape", "dtype", "layout", "MB moved",
-         "median us", "GB/s", "ceil GB/s", "% ceil");
-  for (int i = 0; i < nres; i++) {
-    const bench_result *r = &res[i];
-    char shape[64], dts[64];
-    cli_shape_str(r->shape, shape, sizeof shape);
-    cli_dtypes_str(&r->dt, dts, sizeof dts);
-    if (strchr(dts, ' ')) snprintf(dts, sizeof dts, "mixed");
-    if (r->error[0]) {
-      printf("%-10s %-3s %-22s %-8s %-8s %s\n", r->backend, r->op, shape, dts, cli_layout_names[r->layout], r->error);
-      continue;
-    }
-    printf("%-10s %-3s %-22s %-8s %-8s %9.1f %11.1f %9.1f %11.1f %6.1f%%\n", r->backend, r->op, shape, dts,
-           cli_layout_names[r->layout], r->bytes / 1e6, r->median_s * 1e6, r->gbps, r->ceiling_gbps, r->pct);
-  }
-
-  bench_meta meta;
   meta.ceiling_cpu = cli_stream_ceiling_has_nt() ? "stream, 3 reads + 2 non-temporal writes, same threads and bytes"
                                                  : "stream, 3 reads + 2 writes, same threads and bytes";
   meta.ceiling_cuda = "device-to-device copy of the same bytes";
   meta.threads = cfg.threads ? cfg.threads : cli_max_threads();
   time_t now = time(NULL);
   strftime(meta.date, sizeof meta.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  int rc = nfail ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+  cli_bench_print_table(res, nres, &meta);
+  int rc = nfail ? CLI_EXIT_FAIL : nnot_run ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
   if (cli_bench_write_json(cfg.json, res, nres, &meta)) {
     cli_error("bench", "cannot write the JSON results to '%s'", cfg.json);
     rc = CLI_EXIT_FAIL;
@@ -472,7 +518,8 @@ int cli_cmd_bench(int argc, char **argv) {
     if (pl == 0) printf("chart: %s\n", cfg.png);
     else if (pl < 0) rc = CLI_EXIT_FAIL;
   }
-  if (nfail) cli_error("bench", "%d of %d configurations could not run (see the table)", nfail, nres);
+  if (nfail) cli_error("bench", "zgate failed on %d of %d configurations (see the table)", nfail, nres);
+  if (nnot_run) cli_error("bench", "%d of %d configurations did not run (see the table)", nnot_run, nres);
   free(res);
   return rc;
 }

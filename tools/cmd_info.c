@@ -41,9 +41,8 @@ int cli_cmd_info(int argc, char **argv) {
     char buf[256];
     int n = cli_cuda_device_count();
     cli_cuda_versions(buf, sizeof buf);
-    printf("CUDA:               built; %s; %d device%s%s%s\n", buf, n, n == 1 ? "" : "s",
-           n ? "" : " (", n ? "" : cli_cuda_last_error());
-    if (!n) printf(")\n");
+    if (n) printf("CUDA:               built; %s; %d device%s\n", buf, n, n == 1 ? "" : "s");
+    else printf("CUDA:               built; %s; no devices (%s)\n", buf, cli_cuda_last_error());
     for (int d = 0; d < n; d++) {
       cli_cuda_describe(d, buf, sizeof buf);
       printf("  %s\n", buf);

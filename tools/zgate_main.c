@@ -12,10 +12,13 @@ static void usage(FILE *f) {
           "commands:\n"
           "  info    version, CPU paths built / runnable / chosen, CUDA devices\n"
           "  check   precision suite on every backend and CPU path vs the float64 reference;\n"
-          "          writes a Markdown report, exits 1 on any failure\n"
-          "  bench   bandwidth suite: time, GB/s and %% of a ceiling measured in the same run;\n"
-          "          writes JSON and a PNG chart (with gnuplot)\n"
+          "          writes a Markdown report\n"
+          "  bench   bandwidth suite: time, GB/s and %% of a ceiling measured in the same run,\n"
+          "          each with its range over the timed calls; writes JSON and a PNG chart\n"
           "\n"
+          "exit codes: 0 all ran and passed; 1 a check failed or zgate returned an error; 2 bad\n"
+          "options or an output path that cannot be written (nothing run); 3 something asked\n"
+          "for did not run (not enough memory, no device) and nothing failed.\n"
           "'zgate <command> --help' describes each command's options.\n");
 }
 
