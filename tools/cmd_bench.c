@@ -208,7 +208,8 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
   /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written. The
    * backward's own five buffers when each holds that many bytes (the memory zgate was just
    * timed on: on a VM, where guest pages land can change a stream's bandwidth by 20%,
-   * perf-notes entry 50), else fresh ones (the forward; in place; mixed dtypes). */
+   * docs/perf-notes.md, 2 December 2026), else fresh ones (the forward; in place; mixed
+   * dtypes). */
   size_t each = ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63;
   void *a[5] = {0}, *own[5] = {b[CLI_DOUT].host, b[CLI_Z].host, b[CLI_O].host, b[CLI_DZ].host, dos->host};
   int use_own = r->op[0] == 'b' && dos != &b[CLI_DOUT];

@@ -1,4 +1,5 @@
-"""The float64 oracle and the numerics policy of the team brief, for the Python tests.
+"""The float64 oracle and the numerics policy of docs/operator.md (section 4), for the
+Python tests.
 
 Reference: the formulas in float64 on the float64-widened stored inputs.
 float32 outputs:  |got - ref| <= 4 ulp_f32(scale) + allowance
