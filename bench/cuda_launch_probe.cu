@@ -1,6 +1,6 @@
-/* Back-to-back cost of a launch by the size of the kernel's parameters (H200 diagnostic for
- * docs/perf-notes.md, CUDA v14): CUDA events around batches of consecutive launches of an
- * empty kernel and of a small streaming kernel (3 reads, 2 writes of 64K floats) taking a
+/* Back-to-back cost of a launch by the size of the kernel's parameters (an H200 diagnostic,
+ * 3 December 2026, docs/perf-notes.md): CUDA events around batches of consecutive launches of
+ * an empty kernel and of a small streaming kernel (3 reads, 2 writes of 64K floats) taking a
  * parameter block of 16 to 1024 bytes, after a GPU-side spin so that the host has queued the
  * whole batch before the GPU reaches it. Prints the median per-launch time of 9 batches.
  *

@@ -32,10 +32,10 @@ Paired rounds (--paired R): per row, R rounds that each time one back-to-back ba
 implementation, the order rotated round by round; the summary gives, for zgate and each
 variant against every other implementation, the median ratio over the rounds and a one-sided
 sign test (p < 0.01) (bench/paired_stats.py). The same kernel writing other buffers differs
-by up to 0.4-0.65% this way (docs/perf-notes.md, v17, runs 25 and 28): smaller verdicts do
-not separate kernels. The implementation `zgate_aa` (zgate again, with its own output
-buffers) measures that margin in the run itself, and the summary then counts only the
-verdicts beyond it. bench/gpu_table.py renders docs/performance.md's table from --json.
+by up to 0.4-0.65% this way (H200, 3 December 2026: docs/performance.md, docs/perf-notes.md):
+smaller verdicts do not separate kernels. The implementation `zgate_aa` (zgate again, with
+its own output buffers) measures that margin in the run itself, and the summary then counts
+only the verdicts beyond it. bench/gpu_table.py renders docs/performance.md's table from --json.
 
 Build variants (scripts/gpu-run.sh): --variant-libs NAME=PATH,... loads several builds of
 libzgate into this one process and times each as its own implementation on the same
@@ -233,7 +233,7 @@ def per_call_us(fn, est_ms):
 
 
 def b2b_ms(fn, est_ms, batches=9):
-    """Kernel time the way issue 3 defines it: CUDA events around back-to-back calls (no L2
+    """Kernel time as the CUDA targets define it: CUDA events around back-to-back calls (no L2
     flush between them), per call; median, min and max over `batches` batches of about 5 ms.
     A GPU-side sleep queued first lets the host enqueue the whole batch before the GPU reaches
     it, so host overhead per call (Python, guards, allocation) is not timed; `starved` counts

@@ -4,11 +4,11 @@
 
     python3 bench/gpu_table.py build/gpu-out/bench.json > table.md
 
-Columns: back-to-back medians (kernel time, issue 3's definition) as us and % of the 1 GiB
-copy, zgate's % of a same-size copy in brackets; per other implementation the paired median
-of its time over zgate's (above 1: zgate faster) with the sign test's verdict; do_bench's
-L2-flushed medians; zgate's max |error| / max |reference| against float64. A summary of the
-verdicts beyond the run's A/A margin follows when zgate_aa was timed.
+Columns: back-to-back medians (kernel time as the CUDA targets define it) as us and % of the
+1 GiB copy, zgate's % of a same-size copy in brackets; per other implementation the paired
+median of its time over zgate's (above 1: zgate faster) with the sign test's verdict;
+do_bench's L2-flushed medians; zgate's max |error| / max |reference| against float64. A
+summary of the verdicts beyond the run's A/A margin follows when zgate_aa was timed.
 """
 import argparse
 import json

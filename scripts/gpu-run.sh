@@ -17,7 +17,7 @@
 #   FIRST_VARIANTS="0 1"          the builds whose first call the "first" stage measures in
 #                                 fresh processes (tests/cuda/cuda_first_call.cu, and
 #                                 bench/gpu_bench.py --first-call with PyTorch).
-# Logs go to $OUT (the device tool's output folder; build/gpu-out elsewhere), at most 8 files.
+# Logs go to $OUT (build/gpu-out unless set), at most 8 files.
 # Where the machine lacks libdlpack-dev / libcmocka-dev, headers and library copied from a
 # Debian machine into build/gpu-deps (git-ignored) are used: see docs/performance.md.
 # The original Triton kernel is benchmarked when third_party_ref/mamba3 (or
@@ -29,10 +29,11 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
 STAGES=${STAGES:-"build first smoke variants ctest sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
-# The defaults first (index 0). Run 4 of docs/perf-notes.md measured v3index, layouts, t128
-# (now the defaults), t512, u2t128 and ldg; run 6 (v5) the module split (shipped: one
-# translation unit per operator and dtype kind) against one module (mono) and fewer kernels
-# (lean), and two kernel variants that lost and are gone (8-wide float32, 16-bit half stores).
+# The defaults first (index 0). On 2 December 2026 (docs/perf-notes.md) this list measured
+# v3index, layouts, t128 (now the defaults), t512, u2t128 and ldg, then the module split
+# (shipped: one translation unit per operator and dtype kind) against one module (mono) and
+# fewer kernels (lean), and two kernel variants that lost and are gone (8-wide float32,
+# 16-bit half stores).
 VARIANTS=${VARIANTS-"split=;mono=-DZG_CUDA_UNITY=1;lean=-DZG_CUDA_LEAN=1"}
 FIRST_VARIANTS=${FIRST_VARIANTS-"0 1 2"}
 summary=()
@@ -160,7 +161,7 @@ sanitize() {
 }
 export -f sanitize
 stage sanitize 90 sanitize
-inductor() { # torch.compile's kernels for two rows where it was faster (perf-notes v5)
+inductor() { # torch.compile's kernels for two rows where it was faster (2 December 2026)
   TORCH_LOGS=output_code python3 - <<'PY' 2>&1 | grep -v "^\s*$" | head -400
 import sys, torch
 sys.path.insert(0, "bench")

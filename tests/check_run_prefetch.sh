@@ -1,10 +1,10 @@
 #!/bin/sh
 # The x86 fused run kernels (bwd_run_*, fwd_run_* in kernels_avx2.c and kernels_avx512.c)
 # must keep their software prefetch in the built library. gcc 12 once deleted every prefetch
-# of the float32 runs without a warning (perf-notes entry 48: a helper that only prefetches
-# looked "const" to it), which changed no result and cost 15-20 points of bandwidth, so no
-# other test could see it. Usage: check_run_prefetch.sh LIBRARY OBJDUMP. Exit 77 (skipped)
-# without objdump.
+# of the float32 runs without a warning (fixed in commit 2a0f628: a function that only
+# prefetches looked "const" to it), which changed no result and cost 15-20 points of
+# bandwidth, so no other test could see it. Usage: check_run_prefetch.sh LIBRARY OBJDUMP.
+# Exit 77 (skipped) without objdump.
 lib=$1
 objdump=${2:-objdump}
 command -v "$objdump" >/dev/null 2>&1 || { echo "no objdump: not checked"; exit 77; }

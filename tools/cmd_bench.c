@@ -253,7 +253,9 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
   summarize(t, reps, r->time_s);
 
   /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written, on
-   * the operator's own buffers where they serve (and are aligned for 16-byte loads). */
+   * the operator's own buffers where they serve (and are aligned for 16-byte loads): on a VM,
+   * where guest pages land can change a stream's bandwidth by 20% (docs/perf-notes.md,
+   * 2 December 2026). */
   size_t each = ceiling_each(r);
   void *a[5] = {0}, *own[5] = {b[CLI_DOUT].host, b[CLI_Z].host, b[CLI_O].host, b[CLI_DZ].host, dos->host};
   int use_own = ceiling_on_own_buffers(r);

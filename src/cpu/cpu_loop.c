@@ -201,7 +201,7 @@ static void zg_call_run(const zg_plan *pl, const zg_cpu_kernels *k, const char *
  * that continues it. Written piecewise, each such line cost ordinary stores (a read of the
  * line first) and two partial vector steps per row, which left the rows of Z as a view with
  * outputs 16 bytes off a line (numpy's large arrays) 8-10 points below aligned ones
- * (docs/perf-notes.md, CPU entry 51). Here the inputs of the line are gathered from the two
+ * (docs/perf-notes.md, 3 December 2026). Here the inputs of the line are gathered from the two
  * pieces, computed by one whole vector step and streamed. A line the thread does not finish
  * (its items end, the next piece does not continue it) is computed from what was gathered
  * and written with ordinary stores, only those elements. Results do not depend on it: the
@@ -282,7 +282,7 @@ static void zg_run_piece(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *c
     /* Its prefetch runs on over the rest of the row, then into the next piece from the line
      * of that piece's first element: the next piece's head is gathered, not run, so no step
      * would fetch that line otherwise, and a row of Z starts a new stream the hardware
-     * prefetchers do not see coming (perf-notes entry 51). */
+     * prefetchers do not see coming (docs/perf-notes.md, 3 December 2026). */
     zg_run_next on = *next;
     on.run_on = (len - i - body) * es;
     if (on.bytes > 0) { /* each input from its line's start, none past the piece's end */

@@ -92,8 +92,8 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   }
   plan_collapse(nt, p->shape, strides, a.n, a.st);
   /* 16 bytes per access is enough: all-float32 problems stop at 4 elements a vector (8, two
-   * 16-byte accesses a tensor, measured no faster: perf-notes v5); with any 2-byte tensor 8
-   * elements give it 16-byte accesses. */
+   * 16-byte accesses a tensor, measured no faster on the H200: docs/perf-notes.md, 2 December
+   * 2026); with any 2-byte tensor 8 elements give it 16-byte accesses. */
   bool all_f32 = true;
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
   int v = plan_vector_width(nt, a, esize, all_f32 ? ZG_CUDA_MAXV_F32 : ZG_CUDA_MAXV_16);

@@ -50,7 +50,7 @@ __device__ __forceinline__ int dtype_of(const Args &a, int t) {
 __device__ __forceinline__ int64_t elem_size(int dt) { return dt == DT_F32 ? 4 : 2; }
 
 /* Register budget per kind: float32 at 12 blocks of 128 threads (40 registers: 44 -> 40 on
- * the Z view with no spills, perf-notes v10), 16-bit and mixed dtypes at 8 (their packed and
+ * the Z view with no spills, commit 1d5ae91), 16-bit and mixed dtypes at 8 (their packed and
  * widest kernels need up to 46 and 59 registers; capping the mixed ones at 40 spills). */
 constexpr int min_blocks(int kind) {
   return kind == DT_F16 || kind == DT_BF16 ? ZG_CUDA_MINB16 : kind == DT_F32 ? ZG_CUDA_MINB32 : ZG_CUDA_MINB;

@@ -8,7 +8,7 @@
  * first used, and then as a whole (loading one kernel of it loads them all). A first call in
  * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62: 0.15-0.32 ms
  * instead of 1.4-1.7 ms after the context exists, 0.33-0.56 ms instead of 1.4-1.6 ms in a
- * PyTorch process (H200, docs/perf-notes.md, CUDA v5, runs 6 and 7). */
+ * PyTorch process (H200, 2 December 2026, commits d35b1ff and a7db833: docs/perf-notes.md). */
 #ifndef ZGATE_CUDA_KERNELS_H
 #define ZGATE_CUDA_KERNELS_H
 
@@ -19,19 +19,19 @@
  *   ZG_CUDA_MINB      blocks per SM the register budget must allow (mixed dtypes);
  *   ZG_CUDA_MINB32    the same for the all-float32 kind;
  *   ZG_CUDA_MINB16    the same for the all-float16 and all-bfloat16 kinds.
- *   ZG_CUDA_PACKED16  0 (cuda_kernel.cuh): 16-bit inputs widened at the load, as before v10.
+ *   ZG_CUDA_PACKED16  0 (cuda_kernel.cuh): 16-bit inputs widened at the load (before f6a9e70).
  *   ZG_CUDA_MAXV_F32, ZG_CUDA_MAXV_16  the widest item (elements) the host picks.
- *   ZG_CUDA_LAYOUTS   0: the general index math for every problem (the v3 kernel's).
+ *   ZG_CUDA_LAYOUTS   0: the general index math for every problem (as before 3ad1b25).
  *   ZG_CUDA_LEAN      1: FLAT/ROWS kernels only for the widest vector of a kind (16-bit V = 8,
  *                     float32 V = 4); narrower vectors take the ANY layout (fewer kernels).
- *   ZG_CUDA_UNITY     1: every kernel in one translation unit (one module, as before v5).
+ *   ZG_CUDA_UNITY     1: every kernel in one translation unit (one module, as before d35b1ff).
  *   ZG_CUDA_LDG       1 (cuda_gate_math.cuh): read-only loads.
- * Shipped: 128-thread blocks, one item a thread, index math by layout (perf-notes v4); 16-bit
- * items packed until the math and float32 kernels at 12 blocks a SM (40 registers), the
- * best of the variants measured side by side on the H200 (perf-notes v10). Variants measured
- * before (one wave of resident blocks looping, software prefetch of the next item,
- * evict-first accesses; v5: 8-wide float32 items, 16-bit items stored in two 8-byte halves
- * with 10 blocks a SM) were slower and are gone (perf-notes). */
+ * Shipped: 128-thread blocks, one item a thread, index math by layout (commit 5bec1c0); 16-bit
+ * items packed until the math and float32 kernels at 12 blocks a SM (40 registers, commit
+ * 1d5ae91), the best of the variants measured side by side on the H200 (docs/perf-notes.md,
+ * 2 December 2026). Variants measured before (one wave of resident blocks looping, software
+ * prefetch of the next item, evict-first accesses, 8-wide float32 items, 16-bit items stored
+ * in two 8-byte halves with 10 blocks a SM) were slower and are gone (docs/perf-notes.md). */
 #ifndef ZG_CUDA_THREADS
 #define ZG_CUDA_THREADS 128
 #endif
