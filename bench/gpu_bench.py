@@ -590,7 +590,7 @@ def main():
                                                            r["bytes"] / 1e6, r["copy_same_ms"] * 1e3,
                                                            " | ".join(cells), r.get("zgate_err", 0.0)))
     print()
-    print("back to back (kernel time, issue 3's definition): copy %.0f GB/s (1 GiB); medians (us) "
+    print("back to back (kernel time): copy %.0f GB/s (1 GiB); medians (us) "
           "[min-max of the batches], %% of that copy, in brackets %% of a same-size copy back to back"
           % copy_b2b_gbs)
     hdr = "| dtype | Z | shape | MB | same-size copy us | " + " | ".join("%s us (%% copy) [%% same]" % i for i in impls) + " |"
