@@ -331,8 +331,10 @@ def main(argv=None):
 
 
 # zgate.triton's float32 bound in ulps of the scale: plain float32 math with the
-# platform's exp (no error-compensated sigmoid as in the C library).
-TRITON_F32_ULPS = 16
+# platform's exp (no error-compensated sigmoid as in the C library). Upstream Triton's exp
+# on NVIDIA GPUs is ex2.approx of x*log2(e), whose error grows with |z|: 27.5 ulp was the
+# worst seen on the H200 (3 December 2026) over the self-check's cases (|z| up to 200).
+TRITON_F32_ULPS = 64
 
 
 def _verdict(row):
