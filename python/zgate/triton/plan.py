@@ -66,24 +66,35 @@ def _pow2_ceil(n: int) -> int:
     return 1 << (max(n, 1) - 1).bit_length()
 
 
+# What a tile costs beyond its elements (the loop step, the scalar base arithmetic, a copy's
+# start), in elements: it keeps narrow columns from cutting a long row into many tiny tiles.
+TILE_COST = 512
+
+
 def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
-    """BLOCK_C: the power of two in [MIN_BLOCK_C, tile_elems] that pads the columns least
-    (larger on ties); BLOCK_R fills the tile, at most the rows rounded up to a power of two,
-    and small enough that offsets inside a tile stay int32."""
+    """BLOCK_C: the power of two in [MIN_BLOCK_C, tile_elems] whose tiles cost least, padded
+    elements plus TILE_COST a tile (larger on ties); BLOCK_R fills the tile, at most the
+    rows rounded up to a power of two, and small enough that offsets inside a tile stay
+    int32."""
     n_qa, n_qb, n_rows, n_cols = layout.sizes
+    row_stride = max([abs(st[2]) for st in layout.strides] + [0])
+
+    def shape(c):
+        r = max(1, min(tile_elems // c, _pow2_ceil(n_rows)))
+        while r > 1 and (r - 1) * row_stride + c > INT32_MAX:
+            r //= 2
+        return r, c
+
     best = None
     c = MIN_BLOCK_C
     while c <= tile_elems:
-        padded = -(-n_cols // c) * c
-        if best is None or padded <= best[0]:
-            best = (padded, c)
+        r, _ = shape(c)
+        n_tiles = n_qa * n_qb * -(-n_rows // r) * -(-n_cols // c)
+        cost = n_tiles * (r * c + TILE_COST)
+        if best is None or cost <= best[0]:
+            best = (cost, r, c, n_tiles)
         c *= 2
-    block_c = best[1]
-    block_r = max(1, min(tile_elems // block_c, _pow2_ceil(n_rows)))
-    row_stride = max([abs(st[2]) for st in layout.strides] + [0])
-    while block_r > 1 and (block_r - 1) * row_stride + block_c > INT32_MAX:
-        block_r //= 2
-    n_tiles = n_qa * n_qb * -(-n_rows // block_r) * -(-n_cols // block_c)
+    _, block_r, block_c, n_tiles = best
     return Tiles(block_r, block_c, n_tiles)
 
 
