@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Stage: what `cmake --install` gives a user. The library and the `zgate` command are
+# Stage: installing. First, scripts/install-deps.sh asks for the main job's set or the test
+# suite's as told (tests/scripts/install_deps_sets.sh, with stubs: nothing is installed).
+# Then what `cmake --install` gives a user: the library and the `zgate` command are
 # installed into a temporary prefix, which is then moved (an install must be relocatable),
 # and with no LD_LIBRARY_PATH and no ldconfig:
 #   - P/bin/zgate info runs, and loads P's libzgate;
@@ -17,6 +19,8 @@ build=build/ci-install
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 unset LD_LIBRARY_PATH
+
+bash tests/scripts/install_deps_sets.sh
 
 # Fails unless program $1 (with its arguments) loads libzgate from under prefix $2.
 loads_from() {
