@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Installs what building and testing zgate needs, where it is missing (Debian + PyPI).
+# Installs, where missing, what zgate needs on Debian (apt-get; sudo unless root):
+#   install-deps.sh main   what scripts/run.sh uses: build the library and the `zgate` command,
+#                          draw the benchmark chart
+#   install-deps.sh test   (the default) that plus what the test suite (scripts/test.sh)
+#                          uses, including its Python packages (pip)
 set -euo pipefail
+set_name=${1:-test}
+case "$set_name" in main | test) ;; *) echo "usage: install-deps.sh [main|test]" >&2; exit 2 ;; esac
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-debs=(cmake make gcc g++ clang libdlpack-dev libcmocka-dev pkg-config valgrind gnuplot-nox
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libclang-rt-14-dev
-      libomp-14-dev)  # libomp-14-dev: OpenMP for the clang (sanitizer) build
+
+# One list: the main job's packages, and what only the test suite adds to them.
+main_debs=(cmake make gcc libc6-dev libdlpack-dev gnuplot-nox)  # libc6-dev: gcc only recommends it
+test_debs=(g++ clang libcmocka-dev pkg-config valgrind
+           gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libclang-rt-14-dev
+           libomp-14-dev)  # libomp-14-dev: OpenMP for the clang (sanitizer) build
+test_py=(numpy ml_dtypes pytest scikit-build-core)
+
+debs=("${main_debs[@]}")
+[ "$set_name" = test ] && debs+=("${test_debs[@]}")
+# nvcc compiles its host code with g++: where CUDA is installed, the main job needs it too.
+if [ "$set_name" = main ] && { command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null; then
+  debs+=(g++)
+fi
+
 missing=()
 for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -12,5 +30,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-py=(numpy ml_dtypes pytest scikit-build-core)
-python3 -m pip install -q --disable-pip-version-check "${py[@]}"
+if [ "$set_name" = test ]; then
+  python3 -m pip install -q --disable-pip-version-check "${test_py[@]}"
+fi

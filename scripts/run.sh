@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh main
 
 build=build/main
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZGATE_BUILD_TESTS=OFF

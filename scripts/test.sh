@@ -4,7 +4,7 @@
 # command fails if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh || { echo "install-deps failed"; exit 1; }
+bash scripts/install-deps.sh test || { echo "install-deps failed"; exit 1; }
 passed=0; failed=0; failed_names=()
 for stage in scripts/test.d/*.sh; do
   echo "=== stage $(basename "$stage")"

@@ -7,6 +7,7 @@ metadata (no capsule round trip: that is the hot path); any other array goes thr
 ``__dlpack__`` and is released right after the call.
 """
 import ctypes
+import operator
 import os
 import struct
 import sys
@@ -127,8 +128,9 @@ def _np_code(dt, name):
         elif not dt.isnative:
             raise Error(Status.ERR_DTYPE, "%s has byte-swapped dtype %s" % (name, dt))
         else:
+            # others (objects, strings, dates) as an opaque handle: refused by the library
             code = {"f": _dlpack.KDL_FLOAT, "i": _dlpack.KDL_INT, "u": _dlpack.KDL_UINT,
-                    "c": _dlpack.KDL_COMPLEX}.get(dt.kind, 3)
+                    "c": _dlpack.KDL_COMPLEX, "b": _dlpack.KDL_BOOL}.get(dt.kind, 3)
             cb = (code, (dt.itemsize * 8) & 0xFF)
         _np_dtypes[dt] = cb
     return cb
@@ -173,13 +175,24 @@ def _torch_code_table():
     return _torch_dtypes
 
 
+def _torch_code(dt):
+    """The DLPack type code of a PyTorch dtype outside the supported table."""
+    if dt.is_complex:
+        return _dlpack.KDL_COMPLEX
+    if dt.is_floating_point:
+        return _dlpack.KDL_FLOAT
+    if str(dt) == "torch.bool":
+        return _dlpack.KDL_BOOL
+    return _dlpack.KDL_INT if dt.is_signed else _dlpack.KDL_UINT
+
+
 def _desc_torch(t, name, output):
     if t.layout is not _torch_strided():
         raise Error(None, "%s has layout %s; zgate takes strided (dense) tensors"
                     % (name, t.layout))
     cb = (_torch_dtypes or _torch_code_table()).get(t.dtype)
-    if cb is None:
-        cb = (3, t.element_size() * 8 & 0xFF)   # the library names it as an unsupported dtype
+    if cb is None:   # described as it is: the library refuses it, and _fail names it
+        cb = (_torch_code(t.dtype), t.element_size() * 8 & 0xFF)
     if t.is_cuda:
         dev, idx = _dlpack.KDL_CUDA, t.get_device()
     elif t.is_cpu:
@@ -334,7 +347,8 @@ def _numpy_dtype_of(desc):
     if code == _dlpack.KDL_BFLOAT and bits == 16:
         import ml_dtypes
         return numpy.dtype(ml_dtypes.bfloat16)
-    raise Error(Status.ERR_DTYPE, "unsupported dtype (code %d, bits %d)" % (code, bits))
+    raise Error(Status.ERR_DTYPE, "dtype %s is not float32, float16 or bfloat16 (new outputs "
+                "take the input's dtype)" % _dlpack.dtype_name(code, bits, desc[5]))
 
 
 _cudart = None
@@ -438,7 +452,7 @@ def _bwd_torch_new(dout, z, o, num_threads):
     t = b.t
     rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("dout", dout, None), ("z", z, None), ("o", o, None)])
     return dz, dos
 
 
@@ -477,7 +491,7 @@ def _fwd_torch_new(o, z, num_threads):
     t = b.t
     rc = (_lib._lib or _lib.load()).zgate_fwd(t[0], t[1], t[2], b.opts)
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("o", o, None), ("z", z, None)])
     return out
 
 
@@ -498,6 +512,41 @@ def _inplace_desc(kind, dout, d0):
     return d0
 
 
+# --- checking the keyword arguments and naming what the library refused -------------------
+
+
+def _threads_arg(n):
+    """num_threads as a C int. The library checks its range; here, that it is a whole number
+    (not a bool, float, string or None) and fits the C int it is passed as."""
+    if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r (%s); it takes a whole "
+                    "number: 0 (the OpenMP default) or a thread count" % (n, type(n).__name__))
+    n = operator.index(n)
+    if not -0x80000000 <= n <= 0x7FFFFFFF:
+        raise Error(Status.ERR_OPTIONS, "options: num_threads is %d, beyond a C int; it takes "
+                    "0 (the OpenMP default) or a thread count" % n)
+    return n
+
+
+def _flag_arg(name, value):
+    """A True/False keyword (a NumPy bool too); anything else is refused, not read as truthy."""
+    if type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    raise Error(None, "%s is %r (%s); it takes True or False" % (name, value,
+                                                                  type(value).__name__))
+
+
+def _fail(rc, named):
+    """The zgate.Error for status rc; named: (tensor name, array, description) of the call,
+    so that a refused dtype is named as the caller spells it (str(array.dtype))."""
+    dtypes = {}
+    if rc == Status.ERR_DTYPE:
+        for name, x, d in named:
+            dt = getattr(x, "dtype", None)
+            dtypes[name] = str(dt) if dt is not None else _dlpack.dtype_name(d[3], d[4], d[5])
+    return _lib.fail(rc, dtypes)
+
+
 # --- entry points --------------------------------------------------------------------------
 
 
@@ -511,6 +560,10 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     num_threads: CPU threads (0 = the OpenMP default). CUDA work is queued on the caller's
     current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
     """
+    if type(num_threads) is not int or not -0x80000000 <= num_threads <= 0x7FFFFFFF:
+        num_threads = _threads_arg(num_threads)
+    if inplace is not False and inplace is not True:
+        inplace = _flag_arg("inplace", inplace)
     kind = _kinds.get(type(dout)) or _classify(dout)
     if kind is TORCH:
         if dout.device.type == "npu":
@@ -558,7 +611,8 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
         for k in keep:
             k.release()
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("dout", dout, d0), ("z", z, d1), ("o", o, d2), ("dz", dz, d3),
+                         ("dout_scaled", dout_scaled, d4)])
     if kind is JAX and d0[1] == _dlpack.KDL_CUDA:
         _sync_legacy_stream(d0[2])
     if given:
@@ -571,6 +625,8 @@ def fwd(o, z, *, out=None, num_threads=0):
 
     A new `out` is of o's kind, device and dtype, compact; a given one is written in its own
     dtype. Streams as for bwd."""
+    if type(num_threads) is not int or not -0x80000000 <= num_threads <= 0x7FFFFFFF:
+        num_threads = _threads_arg(num_threads)
     kind = _kinds.get(type(o)) or _classify(o)
     if kind is TORCH:
         if o.device.type == "npu":
@@ -606,7 +662,7 @@ def fwd(o, z, *, out=None, num_threads=0):
         for k in keep:
             k.release()
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("o", o, d0), ("z", z, d1), ("out", out, d2)])
     if kind is JAX and d0[1] == _dlpack.KDL_CUDA:
         _sync_legacy_stream(d0[2])
     if given:
@@ -645,7 +701,8 @@ def reference_bwd(dout, z, o, *, dz=None, dout_scaled=None):
         for k in keep:
             k.release()
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("dout", dout, d0), ("z", z, d1), ("o", o, d2), ("dz", dz, d3),
+                         ("dout_scaled", dout_scaled, d4)])
     return dz, dout_scaled
 
 
@@ -666,5 +723,5 @@ def reference_fwd(o, z, *, out=None):
         for k in keep:
             k.release()
     if rc:
-        raise _lib.fail(rc)
+        raise _fail(rc, [("o", o, d0), ("z", z, d1), ("out", out, d2)])
     return out

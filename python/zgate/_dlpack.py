@@ -20,6 +20,21 @@ KDL_UINT = 1
 KDL_FLOAT = 2
 KDL_BFLOAT = 4
 KDL_COMPLEX = 5
+KDL_BOOL = 6
+
+_CODE_WORDS = {KDL_INT: "int", KDL_UINT: "uint", KDL_FLOAT: "float", KDL_BFLOAT: "bfloat",
+               KDL_COMPLEX: "complex"}
+
+
+def dtype_name(code, bits, lanes=1):
+    """A DLPack dtype in the usual words: "int32", "float64", "bool", "float32x4"."""
+    if code == KDL_BOOL:
+        name = "bool"
+    elif code in _CODE_WORDS:
+        name = "%s%d" % (_CODE_WORDS[code], bits)
+    else:
+        return "DLPack dtype code %d, %d bits, %d lanes" % (code, bits, lanes)
+    return name if lanes == 1 else "%sx%d" % (name, lanes)
 
 
 class DLDevice(ctypes.Structure):

@@ -2,6 +2,7 @@
 import ctypes
 import enum
 import os
+import re
 import sys
 import threading
 
@@ -53,12 +54,8 @@ class Error(ValueError):
         return (type(self), (self.status, self.message))
 
 
-def _candidates():
-    """Where the library is looked for, in order."""
-    env = os.environ.get("ZGATE_LIBRARY")
-    if env:
-        # An explicit choice wins over the copy installed with the package.
-        yield env
+def _bundled():
+    """The copies installed with the package, in order."""
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.platform == "darwin":
         names = ["libzgate.dylib"]
@@ -66,8 +63,7 @@ def _candidates():
         names = ["zgate.dll", "libzgate.dll"]
     else:
         names = ["libzgate.so"]
-    for n in names:
-        yield os.path.join(here, n)
+    return [os.path.join(here, n) for n in names]
 
 
 _lock = threading.Lock()
@@ -107,23 +103,38 @@ def load():
     with _lock:
         if _lib is not None:
             return _lib
-        tried = []
-        for path in _candidates():
-            if not os.path.exists(path):
-                tried.append("%s (missing)" % path)
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-                _declare(lib)
-            except (OSError, AttributeError) as e:
-                tried.append("%s (%s)" % (path, e))
-                continue
-            _path = path
-            _lib = lib
+        env = os.environ.get("ZGATE_LIBRARY")
+        if env:
+            # An explicit choice wins over the copy installed with the package, and is never
+            # silently replaced by it.
+            lib, why = _open(env)
+            if lib is None:
+                raise Error(None, "ZGATE_LIBRARY=%s: %s (unset ZGATE_LIBRARY to use the library "
+                            "installed with the package)" % (env, why))
+            _path, _lib = env, lib
             return lib
+        tried = []
+        for path in _bundled():
+            lib, why = _open(path)
+            if lib is not None:
+                _path, _lib = path, lib
+                return lib
+            tried.append("%s (%s)" % (path, why))
         raise Error(None, "libzgate not found; install the package with `pip install .` from the "
                     "repository, or point ZGATE_LIBRARY at a built libzgate. Tried: "
                     + "; ".join(tried))
+
+
+def _open(path):
+    """(the loaded library with its prototypes, None), or (None, why not)."""
+    if not os.path.exists(path):
+        return None, "no such file"
+    try:
+        lib = ctypes.CDLL(path)
+        _declare(lib)
+    except (OSError, AttributeError) as e:
+        return None, str(e)
+    return lib, None
 
 
 def path():
@@ -131,9 +142,19 @@ def path():
     return _path
 
 
-def fail(status):
-    """The zgate.Error for a nonzero status of the calling thread's last call."""
+def fail(status, dtype_names=None):
+    """The zgate.Error for a nonzero status of the calling thread's last call. dtype_names maps
+    the call's tensor names to their dtypes as the caller spells them (e.g. "int32",
+    "torch.bool"), so that a refused dtype is named that way rather than by its DLPack code."""
     lib = _lib
     what = lib.zgate_status_str(status).decode("utf-8", "replace")
     detail = lib.zgate_last_error().decode("utf-8", "replace")
+    if dtype_names and status == Status.ERR_DTYPE:
+        detail = _DLPACK_DTYPE.sub(
+            lambda m: "%s: dtype %s" % (m.group(1), dtype_names.get(m.group(1), m.group(2))),
+            detail, count=1)
     return Error(status, "%s: %s" % (what, detail) if detail else what)
+
+
+# The library's words for a dtype it refuses: "<tensor>: dtype (code C, bits B)".
+_DLPACK_DTYPE = re.compile(r"^(\w+): dtype (\(code \d+, bits \d+\))")

@@ -65,3 +65,27 @@ def test_doc_block_runs(code):
         exec(compile(code, "docs/api.md (Python API)", "exec"), mod.__dict__)
     finally:
         del sys.modules[mod.__name__]
+
+
+def test_readme_install_lines_bring_what_its_examples_import():
+    """Each module the README's Python examples import comes with a `pip install ".[extra]"`
+    line of the README whose extras (pyproject.toml) provide it."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    pyproject = os.path.join(os.path.dirname(README), "pyproject.toml")
+    if not os.path.exists(README) or not os.path.exists(pyproject):
+        pytest.skip("README.md and pyproject.toml not next to the tests")
+    with open(pyproject, "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    readme = open(README).read()
+    provided = set()
+    for group in re.findall(r'pip install "\.\[([\w,]+)\]"', readme):
+        for extra in group.split(","):
+            assert extra in extras, "the README names an extra [%s] pyproject.toml lacks" % extra
+            provided |= {re.split(r"[<>=!~;\[ ]", req)[0].replace("-", "_").lower()
+                         for req in extras[extra]}
+    imported = set()
+    for code in re.findall(r"```python\n(.*?)```", readme, re.S):
+        imported |= set(re.findall(r"^\s*(?:import|from)\s+(\w+)", code, re.M))
+    imported -= {"zgate"} | set(sys.stdlib_module_names)
+    assert imported, "the README has no Python examples importing anything"
+    assert imported <= provided, "no README install line brings %s" % sorted(imported - provided)

@@ -1,0 +1,129 @@
+"""Bad arguments raise zgate.Error in the caller's words and write nothing: keyword options
+checked before any work, a refused dtype named as the caller spells it, and an explicit
+ZGATE_LIBRARY that cannot be loaded."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import zgate
+from test_numpy import _Producer, expect_error, poisoned
+
+SHAPE = (1, 2, 3, 4)
+NOT_A_C_INT = ["x", 2.5, None, 10**12, -10**12, True, [2]]
+
+
+@pytest.mark.parametrize("bad", NOT_A_C_INT, ids=repr)
+def test_num_threads_must_be_a_c_int(bad):
+    a = np.ones(SHAPE, np.float32)
+    bz, dz = poisoned(SHAPE, np.float32)
+    bs, dos = poisoned(SHAPE, np.float32)
+    bo, out = poisoned(SHAPE, np.float32)
+    for call, kw in ((zgate.bwd, dict(dz=dz, dout_scaled=dos)), (zgate.fwd, dict(out=out))):
+        args = (a, a, a) if call is zgate.bwd else (a, a)
+        e = expect_error(zgate.Status.ERR_OPTIONS, call, *args, num_threads=bad, **kw)
+        assert "num_threads is %r" % (bad,) in e.message
+    assert np.isnan(bz).all() and np.isnan(bs).all() and np.isnan(bo).all()
+
+
+def test_num_threads_accepts_whole_numbers():
+    a = np.full(SHAPE, 0.5, np.float32)
+    want = zgate.bwd(a, a, a)
+    for n in (0, 1, 3, np.int64(2), np.int32(2)):
+        got = zgate.bwd(a, a, a, num_threads=n)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+        assert np.array_equal(zgate.fwd(a, a, num_threads=n), zgate.fwd(a, a))
+    # in C range but out of the library's: the library's message
+    e = expect_error(zgate.Status.ERR_OPTIONS, zgate.bwd, a, a, a, num_threads=-1)
+    assert "num_threads is -1" in e.message
+
+
+@pytest.mark.parametrize("bad", ["yes", None, 1, 0.0], ids=repr)
+def test_inplace_must_be_a_bool(bad):
+    a = np.ones(SHAPE, np.float32)
+    dout = a.copy()
+    e = expect_error(None, zgate.bwd, dout, a, a, inplace=bad)
+    assert "inplace is %r" % (bad,) in e.message
+    assert np.array_equal(dout, a)
+    zgate.bwd(dout, a, a, inplace=np.False_)
+    assert np.array_equal(dout, a)
+
+
+NUMPY_DTYPES = [np.int32, np.bool_, np.float64, np.complex64, np.uint8]
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_refused_numpy_dtype_is_named(dtype):
+    a = np.ones(SHAPE, np.float32)
+    bad = a.astype(dtype)
+    name = str(bad.dtype)
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, a, bad, a)
+    assert "z: dtype %s is not float32, float16 or bfloat16" % name in e.message, e.message
+    assert "code" not in e.message
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.fwd, a, a, out=np.zeros(SHAPE, dtype))
+    assert "out: dtype %s is not" % name in e.message and "code" not in e.message
+    if dtype is not np.float64:   # float64 outputs are the reference's own
+        e = expect_error(zgate.Status.ERR_DTYPE, zgate.reference_bwd, a, a, a,
+                         dz=np.zeros(SHAPE, dtype))
+        assert "dz: dtype %s is not" % name in e.message and "or float64" in e.message
+
+
+def test_refused_dlpack_dtype_is_named():
+    """A producer with no dtype attribute: the DLPack dtype in the usual words."""
+    a = np.ones(SHAPE, np.float32)
+    p = _Producer(a.astype(np.int16))
+    assert not hasattr(p, "dtype")
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, a, p, a)
+    assert "z: dtype int16 is not" in e.message and "code" not in e.message
+    # no outputs can be made like it either
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.fwd, _Producer(a.astype(np.int16)), a)
+    assert "dtype int16 is not" in e.message and "code" not in e.message
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "float64", "complex64", "uint8"])
+def test_refused_torch_dtype_is_named(dtype):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    a = torch.ones(SHAPE)
+    bad = torch.ones(SHAPE, dtype=getattr(torch, dtype))
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, a, bad, a)
+    assert "z: dtype torch.%s is not float32, float16 or bfloat16" % dtype in e.message, e.message
+    assert "code" not in e.message
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.fwd, bad, a)
+    assert "o: dtype torch.%s is not" % dtype in e.message
+    for n in NOT_A_C_INT:   # the PyTorch fast path checks its options too
+        expect_error(zgate.Status.ERR_OPTIONS, zgate.bwd, a, a, a, num_threads=n)
+        expect_error(zgate.Status.ERR_OPTIONS, zgate.fwd, a, a, num_threads=n)
+
+
+def _package_with_bundled_library(tmp_path):
+    """A copy of the zgate package with the library in use bundled next to it, as installed."""
+    pkg = tmp_path / "site" / "zgate"
+    shutil.copytree(os.path.dirname(zgate.__file__), str(pkg),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(zgate.library_path(), str(pkg / "libzgate.so"))
+    return pkg
+
+
+def _run(env, code="import zgate; print(zgate.library_path())"):
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=env["PYTHONPATH"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the bundled library is libzgate.so")
+def test_explicit_library_is_never_replaced_by_the_bundled_one(tmp_path):
+    pkg = _package_with_bundled_library(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "ZGATE_LIBRARY"}
+    env["PYTHONPATH"] = str(pkg.parent)
+    ok = _run(env)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == str(pkg / "libzgate.so")   # the copy loads without a choice
+    not_a_library = tmp_path / "not_a_library.so"
+    not_a_library.write_text("not a shared library\n")
+    for chosen, why in ((tmp_path / "nothing.so", "no such file"), (not_a_library, "")):
+        bad = _run(dict(env, ZGATE_LIBRARY=str(chosen)))
+        assert bad.returncode != 0, "ZGATE_LIBRARY=%s was replaced by %s" % (chosen, bad.stdout)
+        last = bad.stderr.strip().splitlines()[-1]
+        assert "Error: ZGATE_PYTHON: ZGATE_LIBRARY=%s: %s" % (chosen, why) in last, bad.stderr
