@@ -39,6 +39,7 @@ class MambaPatch:
               use_in_mamba_ssm() takes the calls while it lasts)
     original  upstream's function
     function  the function installed (zgate.torch.compute_dzdo unless another was given)
+    active    False once undone
     """
 
     def __init__(self, installation, function, replaced, skipped):
@@ -94,7 +95,7 @@ class _Installation:
             if handle is None:  # a reference kept past the last undo()
                 return self.original(*args, **kwargs)
             return handle.function(*args, **kwargs)
-        compute_dzdo.__doc__ = "zgate.torch.use_in_mamba_ssm's stand-in for upstream's compute_dzdo."
+        compute_dzdo.__doc__ = "use_in_mamba_ssm's stand-in for upstream's compute_dzdo."
         compute_dzdo.__module__, compute_dzdo.__qualname__ = __name__, NAME
         return compute_dzdo
 
@@ -155,10 +156,10 @@ def import_mamba_module(name=DEFINING_MODULE, skip_package_init=False):
     """Import module `name` of mamba_ssm (or of another top-level package).
 
     skip_package_init=True registers the top-level package without running its __init__.py
-    (mamba-ssm 2.3.2's imports every model, and Mamba-1's CUDA extension selective_scan_cuda
-    with them); its submodules then import as usual: the Triton path of Mamba-3 needs only
-    torch, triton and einops. The package then stays registered that way: import what you
-    use by its full path (from mamba_ssm.modules.mamba3 import Mamba3)."""
+    (in mamba-ssm 2.3.2 that imports every model, and with them Mamba-1's CUDA extension
+    selective_scan_cuda); its submodules then import as usual: the Triton path of Mamba-3
+    needs only torch, triton and einops. The package stays registered that way: import what
+    you use by its full path (from mamba_ssm.modules.mamba3 import Mamba3)."""
     if name in sys.modules:
         return sys.modules[name]
     root = name.partition(".")[0]

@@ -71,12 +71,9 @@ PACKAGE = {
 
 
 @pytest.fixture
-def make_mamba(tmp_path, monkeypatch):
+def make_mamba(tmp_path, mamba_ssm_sandbox):
     """Writes a mamba_ssm package (PACKAGE with `changes`: path -> text, None deletes) into
-    tmp_path and puts it first on sys.path; every mamba_ssm module is forgotten afterwards
-    and any patch left active is undone."""
-    saved = {k: v for k, v in sys.modules.items() if _mamba._under(k, "mamba_ssm")}
-
+    tmp_path and puts it first on sys.path."""
     def make(changes=None):
         files = dict(PACKAGE, **(changes or {}))
         for rel, text in files.items():
@@ -85,19 +82,10 @@ def make_mamba(tmp_path, monkeypatch):
             path = tmp_path / "mamba_ssm" / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(textwrap.dedent(text))
-        monkeypatch.syspath_prepend(str(tmp_path))
-        for k in [k for k in sys.modules if _mamba._under(k, "mamba_ssm")]:
-            del sys.modules[k]
+        sys.path.insert(0, str(tmp_path))
         importlib.invalidate_caches()
         return tmp_path / "mamba_ssm"
-
-    yield make
-    for inst in list(_mamba._installed.values()):
-        for handle in list(inst.stack):
-            handle.undo()
-    for k in [k for k in sys.modules if _mamba._under(k, "mamba_ssm")]:
-        del sys.modules[k]
-    sys.modules.update(saved)
+    return make
 
 
 def tensors(shape=(2, 33, 3, 80)):
