@@ -406,14 +406,14 @@ def main(argv=None):
             report(row)
         else:
             row = child(argv, hd)
-            if row is None:
-                died.append(hd)
-                continue
-        rows.append(row)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"environment": env, "args": vars(a), "rows": rows, "died": died}, f,
-                      indent=1)
+        if row is None:
+            died.append(hd)
+        else:
+            rows.append(row)
+        if a.json:  # after every headdim, so that a run stopped short keeps what it has
+            with open(a.json, "w") as f:
+                json.dump({"environment": env, "args": vars(a), "rows": rows, "died": died}, f,
+                          indent=1)
     if a.child:
         return 0
     summary(rows, died)

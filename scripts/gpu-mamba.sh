@@ -65,7 +65,7 @@ stage build 180 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD --target zgat
 stage shipped 330 'ZGATE_MAMBA=0 upstream_tests shipped'
 stage zgate 300 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare
-stage layer 540 'python3 bench/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
+stage layer 520 'python3 bench/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
 
 for f in shipped zgate compare layer; do
   [ -f "$OUT/$f.log" ] || continue

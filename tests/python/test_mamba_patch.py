@@ -89,9 +89,13 @@ def make_mamba(tmp_path, mamba_ssm_sandbox):
 
 
 def tensors(shape=(2, 33, 3, 80)):
+    """(do, z, o) with z a view into a wider projection, as Mamba-3 passes it."""
     g = torch.Generator().manual_seed(7)
-    do, z, o = (torch.randn(shape, generator=g) * 3 for _ in range(3))
-    return do.bfloat16(), z.bfloat16(), o.float()
+    do, o = (torch.randn(shape, generator=g) * 3 for _ in range(2))
+    proj = torch.randn(shape[:2] + (2 * shape[2] * shape[3] + 8,), generator=g) * 3
+    z = proj.bfloat16()[..., :shape[2] * shape[3]].unflatten(-1, shape[2:])
+    assert not z.is_contiguous()
+    return do.bfloat16(), z, o.float()
 
 
 def assert_formula(do, z, o, result):
