@@ -8,7 +8,8 @@ built (zgate.torch.use_in_mamba_ssm's skip_package_init). With ZGATE_MAMBA=1,
 use_in_mamba_ssm() is in force for the whole session; the summary says where and how many
 calls reached zgate, and a session where none did fails. ZGATE_MAMBA_ERRORS=FILE collects
 the lines the tests print that hold an error figure ("dZ error: 1.2e-02"), one
-"test id<TAB>line" per line, so that two runs can be set side by side.
+"test id<TAB>line" per line, and last the session's outcome, so that two runs can be set
+side by side.
 """
 import os
 
@@ -37,11 +38,15 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if "errors" in _state:
-        _state.pop("errors").close()
     h = _state["handle"]
     if h is not None and h.calls == 0 and exitstatus == 0:
         session.exitstatus = 1  # passing without zgate having run proves nothing about zgate
+    out = _state.pop("errors", None)
+    if out is not None:
+        out.write("(session)\t%d tests selected, %d failed, exit status %d; %s\n" % (
+            len(session.items), session.testsfailed, int(session.exitstatus),
+            "zgate not in use" if h is None else "%d calls reached zgate" % h.calls))
+        out.close()
 
 
 def pytest_terminal_summary(terminalreporter):
