@@ -9,13 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 BUILD=build/gpu-validate
 STAGES=${STAGES:-"build cpu check python overhead dist"}
-summary=()
-stage() { # name limit command
-  case " $STAGES " in *" $1 "*) ;; *) return 0 ;; esac
-  local t0=$(date +%s) r
-  if timeout "$2" bash -c "$3" >"$OUT/$1.log" 2>&1; then r=ok; else r="FAILED (exit $?)"; fi
-  summary+=("$(printf '%-9s %-16s %4d s' "$1" "$r" $(( $(date +%s) - t0 )))")
-}
+source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
 export BUILD CFG OUT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -33,5 +27,4 @@ for f in cpu check python overhead dist; do
   [ -f "$OUT/$f.log" ] || continue
   echo "--- $f (tail)"; tail -n 12 "$OUT/$f.log" | cut -c1-220
 done
-echo; echo "stages:"; printf '  %s\n' "${summary[@]}"
-! printf '%s\n' "${summary[@]}" | grep -q FAILED
+stage_summary

@@ -6,6 +6,9 @@
 Both are registered with torch.library.custom_op and have fake (meta) implementations, so
 torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks.
 Outputs are new compact tensors on the inputs' device; CUDA work runs on the current stream.
+
+    zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
+                                     backward (every module that imported it by name)
 """
 from typing import Tuple
 
@@ -13,8 +16,9 @@ import torch
 
 from . import _core
 from ._lib import Error, Status
+from ._mamba import MambaPatch, use_in_mamba_ssm
 
-__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd"]
+__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "use_in_mamba_ssm", "MambaPatch"]
 
 
 def _check_same_shape(names, tensors):

@@ -1,4 +1,5 @@
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -22,3 +23,23 @@ def rng(request):
     # A fresh stream per test, reproducible from the printed seed and the test's name.
     salt = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng([_SEED, salt])
+
+
+@pytest.fixture
+def mamba_ssm_sandbox(monkeypatch):
+    """For tests that import a synthetic mamba_ssm: sys.path is restored afterwards, every
+    mamba_ssm module imported meanwhile is forgotten (those from before come back), and any
+    zgate.torch.use_in_mamba_ssm() patch left active is undone."""
+    from zgate import _mamba
+    under = lambda name: _mamba._under(name, "mamba_ssm")  # noqa: E731
+    saved = {k: v for k, v in sys.modules.items() if under(k)}
+    for k in saved:
+        del sys.modules[k]
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for inst in list(_mamba._installed.values()):
+        for handle in list(inst.stack):
+            handle.undo()
+    for k in [k for k in sys.modules if under(k)]:
+        del sys.modules[k]
+    sys.modules.update(saved)

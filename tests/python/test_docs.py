@@ -27,7 +27,7 @@ def _blocks():
 
 
 def _missing(code):
-    for mod in ("torch", "cupy", "jax", "ml_dtypes"):
+    for mod in ("torch", "cupy", "jax", "ml_dtypes", "mamba_ssm"):
         if re.search(r"^\s*import [^\n]*\b%s\b|^\s*from %s\b" % (mod, mod), code, re.M):
             if importlib.util.find_spec(mod) is None:
                 return "%s is not installed" % mod
