@@ -74,17 +74,9 @@ def kernel_args_of(op, dtypes, layout, tiles):
 
 
 def linalg_text(op, dtypes, layout, tiles):
-    """compile_linalg for an explicit plan. compile_linalg builds its kernel arguments with
-    ascend.kernel_args (the report's fixed problem); this hands it the plan's instead, so the
-    front end specialises on this call's sizes and strides as a launch would."""
-    args, consts = kernel_args_of(op, dtypes, layout, tiles)
-    saved = ascend.kernel_args
-    ascend.kernel_args = lambda *a, **k: (args, consts)
-    try:
-        text, _ = ascend.compile_linalg(op, dtypes)
-    finally:
-        ascend.kernel_args = saved
-    return text
+    """The IR bishengir-compile receives for this plan, specialised on its sizes and
+    strides as a launch is."""
+    return ascend.linalg_of(*kernel_args_of(op, dtypes, layout, tiles))[0]
 
 
 def _linalg_to_llir(mlir_path):

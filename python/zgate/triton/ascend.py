@@ -68,7 +68,7 @@ class _Ptr:
         return self._address
 
 
-def report_problem(op, dtypes, layout, headdim):
+def report_problem(op, layout, headdim):
     """The shape, per-tensor strides and dtypes of the representative call the report
     compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of width
     REPORT_PROJ."""
@@ -89,7 +89,7 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
     """(args, constexprs) of the kernel for the report's problem, pointers as _Ptr."""
     from .launch import kernel_arguments
     dtypes = [SHORT[d] for d in dtypes]
-    shape, strides = report_problem(op, dtypes, layout, headdim)
+    shape, strides = report_problem(op, layout, headdim)
     lay = _plan.collapse(shape, strides)
     tile = tile_elems or _plan.NPU_TILE
     tiles = _plan.choose_tiles(lay, tile)
@@ -99,10 +99,17 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
 
 def compile_linalg(op, dtypes, layout="dense", headdim=64, target="Ascend910B2",
                    tile_elems=None):
-    """triton-ascend's front end for the NPU: (linalg text, metadata)."""
+    """triton-ascend's front end for the NPU on the report's problem: (linalg text,
+    metadata)."""
+    return linalg_of(*kernel_args(op, dtypes, layout, headdim, tile_elems), target)
+
+
+def linalg_of(args, consts, target="Ascend910B2"):
+    """triton-ascend's front end for the NPU on kernel arguments by name (as
+    launch.kernel_arguments gives them, pointers as _Ptr), specialised on their values as a
+    launch is: (linalg text, metadata)."""
     triton, backend_cls, GPUTarget, ASTSource, _ = _toolchain()
     from .kernel import gate_kernel
-    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
     from triton.compiler import make_backend
     gtarget = GPUTarget("npu", target, 0)
     backend = make_backend(gtarget)

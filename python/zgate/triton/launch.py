@@ -3,8 +3,8 @@ pointers are any objects Triton accepts (torch tensors, or anything with data_pt
 Triton dtype string)."""
 from . import plan as _plan
 
-_STRIDE_NAMES = ("dout", "z", "o", "dz", "dos")
-# Which kernel slot each tensor of an op fills, in the op's public order.
+# The kernel slot each tensor of an op fills, in the op's public order; the backward's
+# order is the kernel's own.
 SLOTS = {"bwd": ("dout", "z", "o", "dz", "dos"), "fwd": ("o", "z", "dz")}
 
 
@@ -17,7 +17,7 @@ def kernel_arguments(op, ptrs, layout, tiles):
     filler = by_slot["z"]
     args = {}
     n_qa, n_qb, n_rows, n_cols = layout.sizes
-    for name in _STRIDE_NAMES:
+    for name in SLOTS["bwd"]:
         ptr, (sa, sb, sr) = by_slot.get(name, filler)
         args[name + "_ptr"] = ptr
         args[name + "_sa"], args[name + "_sb"], args[name + "_sr"] = sa, sb, sr
