@@ -32,7 +32,7 @@ fi
 qemu="$(command -v qemu-aarch64);-L;/usr/aarch64-linux-gnu;-E;LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_BUILD_TOOLS=OFF \
-  -DZGATE_BUILD_TESTS=ON "-DZGATE_TEST_WRAPPER=$qemu" >/dev/null
+  -DZGATE_BUILD_TESTS=ON -DZGATE_TEST_TIMEOUT_SCALE=2 "-DZGATE_TEST_WRAPPER=$qemu" >/dev/null
 cmake --build "$build" -j "$jobs" >/dev/null
 
 # The library must have been built with the NEON path.
@@ -49,7 +49,7 @@ neon_quick=0; [ "${ZGATE_AARCH64_QUICK:-0}" = 1 ] && neon_quick=1
 cd "$build"
 status=0
 echo "--- aarch64 under qemu-user: NEON path, full matrix"
-ZGATE_TEST_QUICK=$neon_quick OMP_NUM_THREADS=2 ctest -L '^neon$' -j "$jobs" --timeout 900 \
+ZGATE_TEST_QUICK=$neon_quick OMP_NUM_THREADS=2 ctest -L '^neon$' -j "$jobs" --timeout 1200 \
   --output-on-failure || status=1
 echo "--- aarch64 under qemu-user: scalar path and path-independent tests (quick), doc examples"
 ZGATE_TEST_QUICK=1 OMP_NUM_THREADS=2 ctest -L '^(c|docs)$' -LE '^neon$' -j "$jobs" --timeout 600 \
