@@ -142,22 +142,20 @@ def _injective(t):
     return True
 
 
-def _compact(t):
-    """Whether t's innermost dim of more than one element has stride 1 (plan.collapse
-    takes it as it is)."""
-    return _plan.collapse(tuple(t.shape), [t.stride()]) is not None
-
-
 def _launch(op, tensors, outputs, grid=None):
     """Run `op` on torch tensors in the op's order; `outputs` are their indices. A tensor
     whose headdim is not contiguous goes through one compact copy."""
     torch = _torch()
     if tensors[0].numel() == 0:
         return
+    dev = tensors[0].device
+    copied, layout, tiles = _plan.plan_call(tuple(tensors[0].shape),
+                                            tuple(t.stride() for t in tensors),
+                                            _plan.tile_elems(dev.type))
     work = list(tensors)
     copy_back = []
     for i, t in enumerate(tensors):
-        if _compact(t):
+        if not copied[i]:
             continue
         if i in outputs:
             if op == "bwd" and i == 4 and tensors[4] is tensors[0]:
@@ -167,9 +165,6 @@ def _launch(op, tensors, outputs, grid=None):
             copy_back.append(i)
         else:
             work[i] = t.contiguous()
-    layout = _plan.collapse(tuple(work[0].shape), [w.stride() for w in work])
-    dev = work[0].device
-    tiles = _plan.choose_tiles(layout, _plan.tile_elems(dev.type))
     if grid is None:
         grid = _grid(dev, tiles.n_tiles)
     from .launch import run

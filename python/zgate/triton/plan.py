@@ -11,6 +11,7 @@ columns, Z's row stride P.
 choose_tiles() picks the tile from the columns, the rows and a tile size in elements that
 depends only on the target and the dtypes (tile_elems): no search, no autotuning.
 """
+import functools
 from typing import NamedTuple, Sequence, Tuple
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -110,3 +111,19 @@ GPU_TILE = 1024
 
 def tile_elems(device_type: str) -> int:
     return NPU_TILE if device_type == "npu" else GPU_TILE
+
+
+@functools.lru_cache(maxsize=512)
+def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile: int):
+    """(copied, layout, tiles) of one call, cached by shape, strides and tile size (a call
+    repeated in a training step is planned once). copied[i]: tensor i's innermost dim is not
+    contiguous, so it goes through a compact copy; the layout is that of what the kernel
+    then sees."""
+    compact, step = [], 1
+    for n in reversed(shape):
+        compact.append(step)
+        step *= n
+    compact = tuple(reversed(compact))
+    copied = tuple(collapse(shape, [s]) is None for s in strides)
+    layout = collapse(shape, [compact if c else s for c, s in zip(copied, strides)])
+    return copied, layout, choose_tiles(layout, tile)
