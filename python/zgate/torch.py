@@ -14,7 +14,8 @@ from typing import Tuple
 
 import torch
 
-from . import _core
+from . import _call
+from ._adapters import torch as _adapter
 from ._lib import Error, Status
 from ._mamba import MambaPatch, use_in_mamba_ssm
 
@@ -32,7 +33,7 @@ def _check_same_shape(names, tensors):
 @torch.library.custom_op("zgate::bwd", mutates_args=())
 def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
-    return _core.bwd(dout, z, o)
+    return _adapter.bwd_eager(dout, z, o, 0)
 
 
 @bwd.register_fake
@@ -45,7 +46,7 @@ def _bwd_fake(dout, z, o):
 @torch.library.custom_op("zgate::fwd", mutates_args=())
 def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
-    return _core.fwd(o, z)
+    return _adapter.fwd_eager(o, z, 0)
 
 
 @fwd.register_fake
@@ -61,7 +62,7 @@ def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
     grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
     grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
-    _core.bwd(grad_out, z, o, dz=grad_z, dout_scaled=grad_o)
+    _call.bwd(_adapter, grad_out, z, o, grad_z, grad_o, False, 0)
     return grad_o, grad_z
 
 
@@ -113,14 +114,14 @@ def compute_dzdo(do, z, o, chunk_size=64):
     if torch.compiler.is_compiling():
         # Detached, as in eager mode: these results carry no autograd history.
         return torch.ops.zgate.bwd(do.detach(), z.detach(), o.detach())
-    return _core.bwd(do, z, o)
+    return _adapter.bwd_eager(do, z, o, 0)
 
 
 # --- torch.compile paths of zgate.bwd / zgate.fwd (functional op + copies) ------------------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
 # history; traced, they do the same (detached inputs). Use silu_gate for gradients.
 
-def _bwd_traced(dout, z, o, dz, dout_scaled, inplace):
+def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     r_dz, r_dos = torch.ops.zgate.bwd(dout.detach(), z.detach(), o.detach())
     if inplace:
         dout.copy_(r_dos)
@@ -134,7 +135,7 @@ def _bwd_traced(dout, z, o, dz, dout_scaled, inplace):
     return r_dz, r_dos
 
 
-def _fwd_traced(o, z, out):
+def traced_fwd(o, z, out):
     r = torch.ops.zgate.fwd(o.detach(), z.detach())
     if out is not None:
         out.copy_(r)
