@@ -1,5 +1,6 @@
-"""Any other array: described through the DLPack capsule protocol (``__dlpack__``), the
-capsule released right after the call. New outputs of CPU arrays are NumPy arrays."""
+"""Any other array: described through the DLPack capsule protocol (``__dlpack__``, DLPack 1.x
+where the producer offers it), the capsule released right after the call. New outputs of
+CPU arrays are NumPy arrays."""
 from .. import _dlpack
 from .._args import device_of, device_word, dtype_of, dtype_word, to4
 from .._lib import Error, Status
@@ -8,21 +9,31 @@ MUTABLE = True
 TORCH = False
 
 
-def describe(x, name, output, dlstream, keep):
-    """dlstream: the consumer stream for CUDA producers."""
+def _capsule(x, device, dlstream):
+    """A capsule of x: DLPack 1.x asked for first, on x's own device and never a copy; a
+    legacy one from producers that take none of those keywords."""
+    kw = {"stream": dlstream} if device[0] in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED) else {}
     try:
-        dev_type, _ = x.__dlpack_device__()
-        if dev_type in (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED):
-            cap = x.__dlpack__(stream=dlstream)
-        else:
-            cap = x.__dlpack__()
-        b = _dlpack.Borrowed(cap)
+        return x.__dlpack__(max_version=(_dlpack.MAJOR, 0), dl_device=device, copy=False, **kw)
+    except TypeError:   # a producer of DLPack 0.x
+        return x.__dlpack__(**kw)
+
+
+def describe(x, name, output, dlstream, keep):
+    """dlstream: the consumer stream for CUDA producers. A versioned tensor flagged read-only
+    is refused as an output, and so is one the producer copied (a write would be lost)."""
+    try:
+        b = _dlpack.Borrowed(_capsule(x, tuple(x.__dlpack_device__()), dlstream))
     except Error:
         raise
     except Exception as e:
         raise Error(None, "%s: could not take a DLPack view of %s: %s"
                     % (name, type(x).__name__, e)) from e
     keep.append(b)
+    if output and b.flags & (_dlpack.FLAG_READ_ONLY | _dlpack.FLAG_IS_COPIED):
+        why = "read-only" if b.flags & _dlpack.FLAG_READ_ONLY else "a copy"
+        raise Error(None, "%s is %s (its DLPack export says so) and cannot be written"
+                    % (name, why))
     data, dt, di, code, bits, lanes, shape, strides = _dlpack.describe(b.tensor)
     s4, t4 = to4(name, shape, strides)
     return (data, device_word(dt, di), dtype_word(code, bits, lanes), s4, t4, shape)
