@@ -2,10 +2,15 @@
 
     torch.ops.zgate.fwd(o, z) -> out                 out = o * silu(z), dtype of o
     torch.ops.zgate.bwd(dout, z, o) -> (dz, dout_scaled)   dtype of dout
+    torch.ops.zgate.fwd_out(o, z, out!)                    out written in place
+    torch.ops.zgate.bwd_out(dout, z, o, dz!, dout_scaled!) dz, dout_scaled written in place
+    torch.ops.zgate.bwd_inplace(dout!, z, o, dz!)          dout_scaled written into dout
 
-Both are registered with torch.library.custom_op and have fake (meta) implementations, so
-torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks.
-Outputs are new compact tensors on the inputs' device; CUDA work runs on the current stream.
+All are registered with torch.library.custom_op and have fake (meta) implementations, so
+torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks; the
+out-variants declare what they mutate, so that compiled zgate.bwd(..., dz=, dout_scaled=),
+inplace=True and zgate.fwd(..., out=) write straight into the given tensors. New outputs
+are compact tensors on the inputs' device; CUDA work runs on the current stream.
 
     zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
                                      backward (every module that imported it by name)
@@ -19,7 +24,8 @@ from ._adapters import torch as _adapter
 from ._lib import Error, Status
 from ._mamba import MambaPatch, use_in_mamba_ssm
 
-__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "use_in_mamba_ssm", "MambaPatch"]
+__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
+           "use_in_mamba_ssm", "MambaPatch"]
 
 
 def _check_same_shape(names, tensors):
@@ -117,27 +123,70 @@ def compute_dzdo(do, z, o, chunk_size=64):
     return _adapter.bwd_eager(do, z, o, 0)
 
 
-# --- torch.compile paths of zgate.bwd / zgate.fwd (functional op + copies) ------------------
+# --- out-variants: the given tensors written in place ------------------------------------
+
+@torch.library.custom_op("zgate::bwd_out", mutates_args=("dz", "dout_scaled"))
+def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
+            dout_scaled: torch.Tensor) -> None:
+    """bwd writing into dz and dout_scaled (each in its own dtype)."""
+    _call.bwd(_adapter, dout, z, o, dz, dout_scaled, False, 0)
+
+
+@bwd_out.register_fake
+def _bwd_out_fake(dout, z, o, dz, dout_scaled):
+    _check_same_shape(("dout", "z", "o", "dz", "dout_scaled"), (dout, z, o, dz, dout_scaled))
+
+
+@torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
+def bwd_inplace(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor) -> None:
+    """bwd writing dz into dz and dout_scaled into dout."""
+    _call.bwd(_adapter, dout, z, o, dz, None, True, 0)
+
+
+@bwd_inplace.register_fake
+def _bwd_inplace_fake(dout, z, o, dz):
+    _check_same_shape(("dout", "z", "o", "dz"), (dout, z, o, dz))
+
+
+@torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
+def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
+    """fwd writing into out (in its own dtype)."""
+    _call.fwd(_adapter, o, z, out, 0)
+
+
+@fwd_out.register_fake
+def _fwd_out_fake(o, z, out):
+    _check_same_shape(("o", "z", "out"), (o, z, out))
+
+
+# --- torch.compile paths of zgate.bwd / zgate.fwd -------------------------------------------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
-# history; traced, they do the same (detached inputs). Use silu_gate for gradients.
+# history; traced, they do the same (detached inputs) through the ops above, the given
+# outputs mutated in place (no temporary, no copy). Use silu_gate for gradients.
+
+def _new_like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
 
 def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
-    r_dz, r_dos = torch.ops.zgate.bwd(dout.detach(), z.detach(), o.detach())
+    z, o = z.detach(), o.detach()
     if inplace:
-        dout.copy_(r_dos)
-        r_dos = dout
-    elif dout_scaled is not None:
-        dout_scaled.copy_(r_dos)
-        r_dos = dout_scaled
-    if dz is not None:
-        dz.copy_(r_dz)
-        r_dz = dz
-    return r_dz, r_dos
+        if dout_scaled is not None and dout_scaled is not dout:
+            raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
+                        "dout_scaled as well")
+        dz = _new_like(dout) if dz is None else dz
+        torch.ops.zgate.bwd_inplace(dout, z, o, dz)
+        return dz, dout
+    if dz is None and dout_scaled is None:
+        return torch.ops.zgate.bwd(dout.detach(), z, o)
+    dz = _new_like(dout) if dz is None else dz
+    dout_scaled = _new_like(dout) if dout_scaled is None else dout_scaled
+    torch.ops.zgate.bwd_out(dout.detach(), z, o, dz, dout_scaled)
+    return dz, dout_scaled
 
 
 def traced_fwd(o, z, out):
-    r = torch.ops.zgate.fwd(o.detach(), z.detach())
-    if out is not None:
-        out.copy_(r)
-        return out
-    return r
+    if out is None:
+        return torch.ops.zgate.fwd(o.detach(), z.detach())
+    torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)
+    return out

@@ -118,6 +118,50 @@ def test_custom_ops_pass_opcheck(rng):
     torch.library.opcheck(torch.ops.zgate.fwd.default, (o, z))
     torch.library.opcheck(torch.ops.zgate.silu_gate_backward.default,
                           (args[0], args[2], args[1].to(torch.bfloat16)))
+    new = lambda dtype=torch.float32: torch.empty(args[0].shape, dtype=dtype)  # noqa: E731
+    torch.library.opcheck(torch.ops.zgate.bwd_out.default,
+                          (*args, new(), new(torch.bfloat16)))
+    torch.library.opcheck(torch.ops.zgate.bwd_inplace.default, (args[0].clone(), *args[1:], new()))
+    torch.library.opcheck(torch.ops.zgate.fwd_out.default, (args[2], args[1], new()))
+
+
+def _given_both(g, z, o, dz, dos):
+    return zgate.bwd(g, z, o, dz=dz, dout_scaled=dos)
+
+
+def _in_place(g, z, o, dz):
+    return zgate.bwd(g, z, o, dz=dz, inplace=True)
+
+
+def _fwd_out(o, z, out):
+    return zgate.fwd(o, z, out=out)
+
+
+@pytest.mark.parametrize("fn,op,n", [(_given_both, "bwd_out", 2), (_in_place, "bwd_inplace", 1),
+                                     (_fwd_out, "fwd_out", 1)], ids=["dz+dout_scaled",
+                                                                     "inplace", "fwd out"])
+def test_compiled_outputs_are_written_in_place(rng, fn, op, n):
+    """Compiled, the given outputs are mutated by the out-variant op: the generated code calls
+    it on the graph's own arguments and allocates and copies nothing."""
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    shape = (2, 9, 3, 16)
+    args = [t for t in tinputs(rng, shape, torch.float32)]
+    args += [torch.full(shape, float("nan")) for _ in range(n)]   # the outputs
+    if fn is _fwd_out:
+        args = [args[2], args[1], args[3]]
+    want = [t.clone() for t in args]
+    fn(*want)                                   # eager: raw-pointer writes
+    ptrs = [t.data_ptr() for t in args]
+    res, code = run_and_get_code(torch.compile(fn, fullgraph=True, backend="inductor"), *args)
+    body = "\n".join(code).split("def call(")[1].split("def get_args")[0]   # the graph's run
+    assert "torch.ops.zgate.%s.default(arg0_1" % op in body
+    assert "copy_(" not in body and "empty_strided" not in body, body
+    assert [t.data_ptr() for t in args] == ptrs
+    for got, exp in zip(args, want):
+        assert torch.equal(got, exp)
+    for r in (res if isinstance(res, tuple) else (res,)):
+        assert any(r is a for a in args)        # the given tensors themselves come back
 
 
 @pytest.mark.parametrize("device", DEVICES)

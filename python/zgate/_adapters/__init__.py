@@ -9,16 +9,11 @@ Each adapter module offers
     MUTABLE                                   whether outputs may be given
     TORCH                                     whether these are PyTorch tensors
 """
-import importlib
 import sys
 
 from .._lib import Error
 
 _kinds = {}   # type -> adapter module
-
-
-def _adapter(name):
-    return importlib.import_module("." + name, __name__)
 
 
 def classify(x):
@@ -29,15 +24,15 @@ def classify(x):
         return k
     m = sys.modules
     if "numpy" in m and isinstance(x, m["numpy"].ndarray):
-        k = _adapter("numpy")
+        from . import numpy as k
     elif "torch" in m and isinstance(x, m["torch"].Tensor):
-        k = _adapter("torch")
+        from . import torch as k
     elif "cupy" in m and isinstance(x, m["cupy"].ndarray):
-        k = _adapter("cupy")
+        from . import cupy as k
     elif "jax" in m and isinstance(x, m["jax"].Array):
-        k = _adapter("jax")
+        from . import jax as k
     elif hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        k = _adapter("dlpack")
+        from . import dlpack as k
     else:
         raise Error(None, "expected an array that speaks DLPack (NumPy, PyTorch, CuPy, JAX...), "
                     "got %s" % t.__name__)

@@ -8,6 +8,7 @@ import torch
 from .. import _call, _dlpack, _lib
 from .._args import CPU_WORD, LAYOUTS, OPTIONS_SIZE, block, device_word, to4
 from .._call import fail
+from . import _kinds
 
 MUTABLE = True
 TORCH = True
@@ -165,3 +166,6 @@ def fwd_eager(o, z, num_threads):
 
 
 _self = sys.modules[__name__]
+
+# torch.compile may see a tensor first: the type is known from here on, no lookup to trace
+_kinds.setdefault(torch.Tensor, _self)
