@@ -1,7 +1,8 @@
 """zgate.bwd / zgate.fwd: DLPack-speaking arrays in, same-kind arrays out, one C call.
 
 The keywords are checked here, then the call is routed: PyTorch tensors on an NPU to
-zgate.triton, PyTorch under torch.compile to zgate.torch's custom ops, plain PyTorch tensors
+zgate.triton, PyTorch under torch.compile and tensor subclasses such as DTensor to
+zgate.torch's custom ops, plain PyTorch tensors
 with new outputs to the hot path (zgate._adapters.torch), everything else to zgate._call.
 """
 from . import _call
@@ -29,9 +30,9 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
         if dout.device.type == "npu":
             from . import triton as _tr
             return _tr.bwd(dout, z, o, dz=dz, dout_scaled=dout_scaled, inplace=inplace)
-        if kind.compiling():
+        if kind.via_ops():
             from . import torch as _zt
-            return _zt.traced_bwd(dout, z, o, dz, dout_scaled, inplace)
+            return _zt.bwd_via_ops(dout, z, o, dz, dout_scaled, inplace)
         if dz is None and dout_scaled is None and not inplace:
             return kind.bwd_eager(dout, z, o, num_threads)
     return _call.bwd(kind, dout, z, o, dz, dout_scaled, inplace, num_threads)
@@ -49,9 +50,9 @@ def fwd(o, z, *, out=None, num_threads=0):
         if o.device.type == "npu":
             from . import triton as _tr
             return _tr.fwd(o, z, out=out)
-        if kind.compiling():
+        if kind.via_ops():
             from . import torch as _zt
-            return _zt.traced_fwd(o, z, out)
+            return _zt.fwd_via_ops(o, z, out)
         if out is None:
             return kind.fwd_eager(o, z, num_threads)
     return _call.fwd(kind, o, z, out, num_threads)

@@ -20,6 +20,7 @@ from typing import Tuple
 import torch
 
 from . import _call
+from ._adapters import classify
 from ._adapters import torch as _adapter
 from ._lib import Error, Status
 from ._mamba import MambaPatch, use_in_mamba_ssm
@@ -110,17 +111,24 @@ def silu_gate(o, z):
 def compute_dzdo(do, z, o, chunk_size=64):
     """Drop-in for Mamba-3's compute_dzdo (mamba3_siso_bwd): returns (dz, do_scaled).
 
-    dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z); both
-    new compact tensors of do's dtype and shape (batch, seqlen, nheads, headdim). z (and do,
-    o) may be strided views: no copy is made. Works on CPU and CUDA tensors. chunk_size is
-    accepted for signature compatibility and ignored (no tiling to tune)."""
+    dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z), tensors
+    of shape (batch, seqlen, nheads, headdim). As upstream allocates it, dz is
+    torch.empty_like(z): z's dtype, and z's strides when z is dense (a permuted z gives a
+    permuted dz), compact otherwise (a view of a projection); do_scaled is a new compact
+    tensor of do's dtype. z (and do, o) may be strided views: no copy is made. CPU and CUDA
+    tensors, and DTensors (run on their shards). chunk_size is accepted for signature
+    compatibility and ignored (no tiling to tune)."""
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
-    if torch.compiler.is_compiling():
+    dz = torch.empty_like(z)
+    do_scaled = torch.empty_like(do, memory_format=torch.contiguous_format)
+    if classify(do).via_ops():
         # Detached, as in eager mode: these results carry no autograd history.
-        return torch.ops.zgate.bwd(do.detach(), z.detach(), o.detach())
-    return _adapter.bwd_eager(do, z, o, 0)
+        torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
+    else:
+        _call.bwd(_adapter, do, z, o, dz, do_scaled, False, 0)
+    return dz, do_scaled
 
 
 # --- out-variants: the given tensors written in place ------------------------------------
@@ -159,6 +167,34 @@ def _fwd_out_fake(o, z, out):
     _check_same_shape(("o", "z", "out"), (o, z, out))
 
 
+# --- DTensor: every op runs on the local shards ----------------------------------------------
+# The gate is elementwise: any placement shared by all tensors of a call (Shard on any dim,
+# Replicate) is kept by the outputs, and no data moves. Inputs of other placements are
+# redistributed by DTensor to one of these first (Partial, for one, to Replicate).
+
+def _register_sharding():
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.experimental import register_sharding
+    except ImportError:   # a PyTorch without torch.distributed
+        return
+
+    def same_everywhere(n_in, n_out):
+        def strategies(*args):
+            ndim = args[0].ndim
+            return [([p] * n_out or [None], [p] * n_in)
+                    for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
+        return strategies
+
+    ops = torch.ops.zgate
+    for op, n_in, n_out in ((ops.bwd, 3, 2), (ops.fwd, 2, 1), (ops.silu_gate_backward, 3, 2),
+                            (ops.bwd_out, 5, 0), (ops.bwd_inplace, 4, 0), (ops.fwd_out, 3, 0)):
+        register_sharding(op.default)(same_everywhere(n_in, n_out))
+
+
+_register_sharding()
+
+
 # --- torch.compile paths of zgate.bwd / zgate.fwd -------------------------------------------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
 # history; traced, they do the same (detached inputs) through the ops above, the given
@@ -168,7 +204,7 @@ def _new_like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
+def bwd_via_ops(dout, z, o, dz, dout_scaled, inplace):
     z, o = z.detach(), o.detach()
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
@@ -185,7 +221,7 @@ def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     return dz, dout_scaled
 
 
-def traced_fwd(o, z, out):
+def fwd_via_ops(o, z, out):
     if out is None:
         return torch.ops.zgate.fwd(o.detach(), z.detach())
     torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)

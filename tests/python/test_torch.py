@@ -111,6 +111,20 @@ def test_compute_dzdo_drop_in(rng, device, dtype):
     assert torch.equal(dz, dz2)
 
 
+def test_compute_dzdo_allocates_dz_like_z(rng):
+    """dz = torch.empty_like(z), as upstream: a dense permuted z gives a dz of its strides
+    and dtype; do_scaled is compact in do's dtype."""
+    b, l, h, d = 2, 9, 3, 16
+    do, _, o = tinputs(rng, (b, l, h, d), torch.float32)
+    z = tinputs(rng, (b, h, l, d), torch.bfloat16)[1].transpose(1, 2)     # dense, permuted
+    dz, ds = zt.compute_dzdo(do, z, o)
+    assert dz.stride() == z.stride() and dz.dtype == torch.bfloat16
+    assert ds.is_contiguous() and ds.dtype == torch.float32
+    r = ref_bwd(np_of(do), np_of(z), np_of(o))
+    check("dz", np_of(dz), r[0], r[2], r[4])
+    check("do_scaled", np_of(ds), r[1], r[3], r[5])
+
+
 def test_custom_ops_pass_opcheck(rng):
     args = tinputs(rng, (2, 5, 3, 8), torch.float32)
     torch.library.opcheck(torch.ops.zgate.bwd.default, args)

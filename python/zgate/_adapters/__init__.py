@@ -7,7 +7,8 @@ Each adapter module offers
     stream(x, desc)                           -> (stream for zgate_options, stream for __dlpack__)
     finish(desc, given)                       after the call (given: the outputs passed in)
     MUTABLE                                   whether outputs may be given
-    TORCH                                     whether these are PyTorch tensors
+    TORCH                                     whether these are PyTorch tensors; if so
+    via_ops()                                 whether the call goes through zgate.torch's ops
 """
 import sys
 
@@ -26,7 +27,10 @@ def classify(x):
     if "numpy" in m and isinstance(x, m["numpy"].ndarray):
         from . import numpy as k
     elif "torch" in m and isinstance(x, m["torch"].Tensor):
-        from . import torch as k
+        if t.__torch_dispatch__ is m["torch"].Tensor.__torch_dispatch__:
+            from . import torch as k
+        else:   # DTensor and other subclasses with their own dispatch
+            from . import torch_wrapped as k
     elif "cupy" in m and isinstance(x, m["cupy"].ndarray):
         from . import cupy as k
     elif "jax" in m and isinstance(x, m["jax"].Array):

@@ -12,7 +12,7 @@ from . import _kinds
 
 MUTABLE = True
 TORCH = True
-compiling = torch.compiler.is_compiling
+via_ops = torch.compiler.is_compiling   # traced calls go through zgate.torch's ops
 
 _codes = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16),
           torch.float64: (2, 64)}
