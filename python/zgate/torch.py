@@ -127,7 +127,7 @@ def compute_dzdo(do, z, o, chunk_size=64):
         # Detached, as in eager mode: these results carry no autograd history.
         torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
     else:
-        _call.bwd(_adapter, do, z, o, dz, do_scaled, False, 0)
+        _adapter.bwd_into(do, z, o, dz, do_scaled, 0)
     return dz, do_scaled
 
 

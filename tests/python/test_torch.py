@@ -123,6 +123,9 @@ def test_compute_dzdo_allocates_dz_like_z(rng):
     r = ref_bwd(np_of(do), np_of(z), np_of(o))
     check("dz", np_of(dz), r[0], r[2], r[4])
     check("do_scaled", np_of(ds), r[1], r[3], r[5])
+    # a z of fewer dimensions than do: refused, not packed as if it were 4-D
+    with pytest.raises(zgate.Error):
+        zt.compute_dzdo(do, z[0], o)
 
 
 def test_custom_ops_pass_opcheck(rng):

@@ -24,7 +24,8 @@ _contiguous = torch.contiguous_format
 _raw_stream = (getattr(torch._C, "_cuda_getCurrentRawStream", None)
                or (lambda i: torch.cuda.current_stream(i).cuda_stream))
 _increment_version = getattr(torch.autograd.graph, "increment_version", None)
-_S5_FRESH, _S3_FRESH = LAYOUTS[5, 3], LAYOUTS[3, 2]
+_S5_FRESH, _S3_FRESH, _S5 = LAYOUTS[5, 3], LAYOUTS[3, 2], LAYOUTS[5, 5]
+_Tensor = torch.Tensor
 
 
 def _code(dt):
@@ -124,6 +125,46 @@ def bwd_eager(dout, z, o, num_threads):
     rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
     if rc:
         raise fail(rc, [("dout", dout, None), ("z", z, None), ("o", o, None)])
+    return dz, dos
+
+
+def _dev(t):
+    """The device word of a CPU or CUDA tensor, None for others."""
+    return 2 | t.get_device() << 32 if t.is_cuda else CPU_WORD if t.is_cpu else None
+
+
+def bwd_into(dout, z, o, dz, dos, num_threads):
+    """bwd into given outputs (no versions bumped: for outputs just allocated): the hot path
+    for five plain 4-D CPU/CUDA tensors, the general path otherwise."""
+    words = _words
+    ws = (words.get(dout.dtype), words.get(z.dtype), words.get(o.dtype), words.get(dz.dtype),
+          words.get(dos.dtype))
+    ts = (dout, z, o, dz, dos)
+    devs = tuple(map(_dev, ts)) if type(dout) is _Tensor else (None,)
+    if (None in ws or None in devs
+            or not all(type(t) is _Tensor and len(t.shape) == 4 for t in ts)):
+        return _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
+    stream = _raw_stream(devs[0] >> 32) if devs[0] != CPU_WORD else 0
+    b = block()
+    (s0, t0), (s1, t1), (s2, t2), (s3, t3), (s4, t4) = b.arrays
+    try:
+        _S5.pack_into(
+            b.buf, 0,
+            dout.data_ptr(), devs[0], ws[0], s0, t0, 0,
+            z.data_ptr(), devs[1], ws[1], s1, t1, 0,
+            o.data_ptr(), devs[2], ws[2], s2, t2, 0,
+            dz.data_ptr(), devs[3], ws[3], s3, t3, 0,
+            dos.data_ptr(), devs[4], ws[4], s4, t4, 0,
+            *dout.shape, *z.shape, *o.shape, *dz.shape, *dos.shape,
+            *dout.stride(), *z.stride(), *o.stride(), *dz.stride(), *dos.stride(),
+            OPTIONS_SIZE, num_threads, 0, 0, stream)
+    except RuntimeError:   # e.g. a sparse tensor
+        return _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
+    t = b.t
+    rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
+    if rc:
+        raise fail(rc, [("dout", dout, None), ("z", z, None), ("o", o, None), ("dz", dz, None),
+                        ("dout_scaled", dos, None)])
     return dz, dos
 
 
