@@ -2,7 +2,7 @@
 the outputs not given (like the first input), pack the argument block, call, and name what
 the library refused. The callers (zgate._core, zgate.torch) have checked the keywords."""
 from . import _args, _dlpack, _lib
-from ._adapters import classify, describe
+from ._adapters import describe
 from ._lib import Error
 
 KDL_CUDA = _dlpack.KDL_CUDA

@@ -1,14 +1,13 @@
 """zgate.bwd / zgate.fwd: DLPack-speaking arrays in, same-kind arrays out, one C call.
 
 The keywords are checked here, then the call is routed: PyTorch tensors on an NPU to
-zgate.triton, PyTorch under torch.compile and tensor subclasses such as DTensor to
-zgate.torch's custom ops, plain PyTorch tensors
-with new outputs to the hot path (zgate._adapters.torch), everything else to zgate._call.
+zgate.triton; under torch.compile, and tensor subclasses such as DTensor, to zgate.torch's
+custom ops (which take no num_threads: 0, the OpenMP default); plain PyTorch tensors with new
+outputs to the hot path (zgate._adapters.torch); everything else to zgate._call.
 """
 from . import _call
 from ._adapters import _kinds, classify
 from ._args import flag_arg, threads_arg
-
 
 
 def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
