@@ -1,10 +1,12 @@
-"""DLPack 0.6 structures mirrored in ctypes, and the consumer side of the capsule protocol.
+"""DLPack structures mirrored in ctypes, and the consumer side of the capsule protocol.
 
-A producer's ``__dlpack__()`` returns a PyCapsule named "dltensor" holding a DLManagedTensor*.
-A consumer that keeps the tensor renames the capsule "used_dltensor" (so the capsule's own
-destructor no longer frees it) and calls the tensor's deleter once it is done. We consume
-that way so the producer's memory is released as soon as the C call returns, not whenever the
-capsule happens to be collected.
+A producer's ``__dlpack__()`` returns a PyCapsule named "dltensor" holding a DLManagedTensor*
+(DLPack 0.x), or, asked with ``max_version=(1, 0)``, one named "dltensor_versioned" holding
+a DLManagedTensorVersioned* (DLPack 1.x: a version, flags such as read-only, then the same
+DLTensor). A consumer that keeps the tensor renames the capsule "used_dltensor" (or
+"used_dltensor_versioned"), so the capsule's own destructor no longer frees it, and calls
+the tensor's deleter once it is done. We consume that way so the producer's memory is
+released as soon as the C call returns, not whenever the capsule happens to be collected.
 """
 import ctypes
 
@@ -71,6 +73,30 @@ DLManagedTensor._fields_ = [
 
 assert ctypes.sizeof(DLTensor) == 48 and ctypes.sizeof(DLManagedTensor) == 64
 
+# DLPack 1.x: DLManagedTensorVersioned, and the bits of its flags.
+FLAG_READ_ONLY = 1 << 0
+FLAG_IS_COPIED = 1 << 1
+MAJOR = 1   # the major version of DLManagedTensorVersioned read here
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", DLDeleter),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+
+assert ctypes.sizeof(DLManagedTensorVersioned) == 80
+
 _capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_get_pointer.restype = ctypes.c_void_p
 _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -81,30 +107,42 @@ _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_is_valid.restype = ctypes.c_int
 _capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# PyCapsule_SetName keeps the pointer, not a copy: the name must live as long as any capsule.
+# PyCapsule_SetName keeps the pointer, not a copy: the names must live as long as any capsule.
 _USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
+_USED_VERSIONED = ctypes.create_string_buffer(b"used_dltensor_versioned")
 
 
 class Borrowed:
-    """A DLManagedTensor taken from a capsule; ``release()`` calls its deleter exactly once."""
+    """A DLManagedTensor or DLManagedTensorVersioned taken from a capsule; ``release()`` calls
+    its deleter exactly once. ``flags``: the versioned tensor's flags (0 for a legacy one)."""
 
-    __slots__ = ("ptr", "tensor", "_managed")
+    __slots__ = ("ptr", "tensor", "flags", "versioned", "_managed")
 
     def __init__(self, capsule):
-        if _capsule_is_valid(capsule, b"dltensor") != 1:
-            if _capsule_is_valid(capsule, b"used_dltensor") == 1:
-                raise ValueError("this DLPack capsule was already consumed")
-            if _capsule_is_valid(capsule, b"dltensor_versioned") == 1:
-                raise ValueError("versioned DLPack capsules (DLPack 1.x) are not supported")
+        if _capsule_is_valid(capsule, b"dltensor_versioned") == 1:
+            self.ptr = _capsule_get_pointer(capsule, b"dltensor_versioned")
+            managed = DLManagedTensorVersioned.from_address(self.ptr)
+            if managed.version.major != MAJOR:
+                # a layout we cannot read: left to the capsule's destructor, untouched
+                raise ValueError("the DLPack capsule has version %d.%d; zgate reads %d.x"
+                                 % (managed.version.major, managed.version.minor, MAJOR))
+            used, self.flags, self.versioned = _USED_VERSIONED, managed.flags, True
+        elif _capsule_is_valid(capsule, b"dltensor") == 1:
+            self.ptr = _capsule_get_pointer(capsule, b"dltensor")
+            managed = DLManagedTensor.from_address(self.ptr)
+            used, self.flags, self.versioned = _USED_NAME, 0, False
+        elif (_capsule_is_valid(capsule, b"used_dltensor") == 1
+              or _capsule_is_valid(capsule, b"used_dltensor_versioned") == 1):
+            raise ValueError("this DLPack capsule was already consumed")
+        else:
             raise ValueError("__dlpack__() did not return a DLPack capsule")
-        self.ptr = _capsule_get_pointer(capsule, b"dltensor")
-        if _capsule_set_name(capsule, ctypes.addressof(_USED_NAME)) != 0:
+        if _capsule_set_name(capsule, ctypes.addressof(used)) != 0:
             raise ValueError("could not mark the DLPack capsule as consumed")
-        self._managed = DLManagedTensor.from_address(self.ptr)
-        self.tensor = self._managed.dl_tensor
+        self._managed = managed
+        self.tensor = managed.dl_tensor
 
     def release(self):
-        managed, self._managed = self._managed, None
+        managed, self._managed = getattr(self, "_managed", None), None
         if managed is not None and managed.deleter:
             managed.deleter(self.ptr)
 

@@ -2,10 +2,15 @@
 
     torch.ops.zgate.fwd(o, z) -> out                 out = o * silu(z), dtype of o
     torch.ops.zgate.bwd(dout, z, o) -> (dz, dout_scaled)   dtype of dout
+    torch.ops.zgate.fwd_out(o, z, out!)                    out written in place
+    torch.ops.zgate.bwd_out(dout, z, o, dz!, dout_scaled!) dz, dout_scaled written in place
+    torch.ops.zgate.bwd_inplace(dout!, z, o, dz!)          dout_scaled written into dout
 
-Both are registered with torch.library.custom_op and have fake (meta) implementations, so
-torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks.
-Outputs are new compact tensors on the inputs' device; CUDA work runs on the current stream.
+All are registered with torch.library.custom_op and have fake (meta) implementations, so
+torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks; the
+out-variants declare what they mutate, so that compiled zgate.bwd(..., dz=, dout_scaled=),
+inplace=True and zgate.fwd(..., out=) write straight into the given tensors. New outputs
+are compact tensors on the inputs' device; CUDA work runs on the current stream.
 
     zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
                                      backward (every module that imported it by name)
@@ -14,11 +19,14 @@ from typing import Tuple
 
 import torch
 
-from . import _core
+from . import _call
+from ._adapters import classify
+from ._adapters import torch as _adapter
 from ._lib import Error, Status
 from ._mamba import MambaPatch, use_in_mamba_ssm
 
-__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "use_in_mamba_ssm", "MambaPatch"]
+__all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
+           "use_in_mamba_ssm", "MambaPatch"]
 
 
 def _check_same_shape(names, tensors):
@@ -32,7 +40,7 @@ def _check_same_shape(names, tensors):
 @torch.library.custom_op("zgate::bwd", mutates_args=())
 def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
-    return _core.bwd(dout, z, o)
+    return _adapter.bwd_eager(dout, z, o, 0)
 
 
 @bwd.register_fake
@@ -45,7 +53,7 @@ def _bwd_fake(dout, z, o):
 @torch.library.custom_op("zgate::fwd", mutates_args=())
 def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
-    return _core.fwd(o, z)
+    return _adapter.fwd_eager(o, z, 0)
 
 
 @fwd.register_fake
@@ -61,7 +69,7 @@ def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
     grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
     grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
-    _core.bwd(grad_out, z, o, dz=grad_z, dout_scaled=grad_o)
+    _call.bwd(_adapter, grad_out, z, o, grad_z, grad_o, False, 0)
     return grad_o, grad_z
 
 
@@ -103,40 +111,118 @@ def silu_gate(o, z):
 def compute_dzdo(do, z, o, chunk_size=64):
     """Drop-in for Mamba-3's compute_dzdo (mamba3_siso_bwd): returns (dz, do_scaled).
 
-    dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z); both
-    new compact tensors of do's dtype and shape (batch, seqlen, nheads, headdim). z (and do,
-    o) may be strided views: no copy is made. Works on CPU and CUDA tensors. chunk_size is
-    accepted for signature compatibility and ignored (no tiling to tune)."""
+    dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z), tensors
+    of shape (batch, seqlen, nheads, headdim). As upstream allocates it, dz is
+    torch.empty_like(z): z's dtype, and z's strides when z is dense (a permuted z gives a
+    permuted dz), compact otherwise (a view of a projection); do_scaled is a new compact
+    tensor of do's dtype. z (and do, o) may be strided views: no copy is made. CPU and CUDA
+    tensors, and DTensors (run on their shards). chunk_size is accepted for signature
+    compatibility and ignored (no tiling to tune)."""
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
-    if torch.compiler.is_compiling():
+    dz = torch.empty_like(z)
+    do_scaled = torch.empty_like(do, memory_format=torch.contiguous_format)
+    if classify(do).via_ops():
         # Detached, as in eager mode: these results carry no autograd history.
-        return torch.ops.zgate.bwd(do.detach(), z.detach(), o.detach())
-    return _core.bwd(do, z, o)
+        torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
+    else:
+        _adapter.bwd_into(do, z, o, dz, do_scaled, 0)
+    return dz, do_scaled
 
 
-# --- torch.compile paths of zgate.bwd / zgate.fwd (functional op + copies) ------------------
+# --- out-variants: the given tensors written in place ------------------------------------
+
+@torch.library.custom_op("zgate::bwd_out", mutates_args=("dz", "dout_scaled"))
+def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
+            dout_scaled: torch.Tensor) -> None:
+    """bwd writing into dz and dout_scaled (each in its own dtype)."""
+    _call.bwd(_adapter, dout, z, o, dz, dout_scaled, False, 0)
+
+
+@bwd_out.register_fake
+def _bwd_out_fake(dout, z, o, dz, dout_scaled):
+    _check_same_shape(("dout", "z", "o", "dz", "dout_scaled"), (dout, z, o, dz, dout_scaled))
+
+
+@torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
+def bwd_inplace(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor) -> None:
+    """bwd writing dz into dz and dout_scaled into dout."""
+    _call.bwd(_adapter, dout, z, o, dz, None, True, 0)
+
+
+@bwd_inplace.register_fake
+def _bwd_inplace_fake(dout, z, o, dz):
+    _check_same_shape(("dout", "z", "o", "dz"), (dout, z, o, dz))
+
+
+@torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
+def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
+    """fwd writing into out (in its own dtype)."""
+    _call.fwd(_adapter, o, z, out, 0)
+
+
+@fwd_out.register_fake
+def _fwd_out_fake(o, z, out):
+    _check_same_shape(("o", "z", "out"), (o, z, out))
+
+
+# --- DTensor: every op runs on the local shards ----------------------------------------------
+# The gate is elementwise: any placement shared by all tensors of a call (Shard on any dim,
+# Replicate) is kept by the outputs, and no data moves. Inputs of other placements are
+# redistributed by DTensor to one of these first (Partial, for one, to Replicate).
+
+def _register_sharding():
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.experimental import register_sharding
+    except ImportError:   # a PyTorch without torch.distributed
+        return
+
+    def same_everywhere(n_in, n_out):
+        def strategies(*args):
+            ndim = args[0].ndim
+            return [([p] * n_out or [None], [p] * n_in)
+                    for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
+        return strategies
+
+    ops = torch.ops.zgate
+    for op, n_in, n_out in ((ops.bwd, 3, 2), (ops.fwd, 2, 1), (ops.silu_gate_backward, 3, 2),
+                            (ops.bwd_out, 5, 0), (ops.bwd_inplace, 4, 0), (ops.fwd_out, 3, 0)):
+        register_sharding(op.default)(same_everywhere(n_in, n_out))
+
+
+_register_sharding()
+
+
+# --- torch.compile paths of zgate.bwd / zgate.fwd -------------------------------------------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
-# history; traced, they do the same (detached inputs). Use silu_gate for gradients.
+# history; traced, they do the same (detached inputs) through the ops above, the given
+# outputs mutated in place (no temporary, no copy). Use silu_gate for gradients.
 
-def _bwd_traced(dout, z, o, dz, dout_scaled, inplace):
-    r_dz, r_dos = torch.ops.zgate.bwd(dout.detach(), z.detach(), o.detach())
+def _new_like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def bwd_via_ops(dout, z, o, dz, dout_scaled, inplace):
+    z, o = z.detach(), o.detach()
     if inplace:
-        dout.copy_(r_dos)
-        r_dos = dout
-    elif dout_scaled is not None:
-        dout_scaled.copy_(r_dos)
-        r_dos = dout_scaled
-    if dz is not None:
-        dz.copy_(r_dz)
-        r_dz = dz
-    return r_dz, r_dos
+        if dout_scaled is not None and dout_scaled is not dout:
+            raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
+                        "dout_scaled as well")
+        dz = _new_like(dout) if dz is None else dz
+        torch.ops.zgate.bwd_inplace(dout, z, o, dz)
+        return dz, dout
+    if dz is None and dout_scaled is None:
+        return torch.ops.zgate.bwd(dout.detach(), z, o)
+    dz = _new_like(dout) if dz is None else dz
+    dout_scaled = _new_like(dout) if dout_scaled is None else dout_scaled
+    torch.ops.zgate.bwd_out(dout.detach(), z, o, dz, dout_scaled)
+    return dz, dout_scaled
 
 
-def _fwd_traced(o, z, out):
-    r = torch.ops.zgate.fwd(o.detach(), z.detach())
-    if out is not None:
-        out.copy_(r)
-        return out
-    return r
+def fwd_via_ops(o, z, out):
+    if out is None:
+        return torch.ops.zgate.fwd(o.detach(), z.detach())
+    torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)
+    return out

@@ -111,6 +111,23 @@ def test_compute_dzdo_drop_in(rng, device, dtype):
     assert torch.equal(dz, dz2)
 
 
+def test_compute_dzdo_allocates_dz_like_z(rng):
+    """dz = torch.empty_like(z), as upstream: a dense permuted z gives a dz of its strides
+    and dtype; do_scaled is compact in do's dtype."""
+    b, l, h, d = 2, 9, 3, 16
+    do, _, o = tinputs(rng, (b, l, h, d), torch.float32)
+    z = tinputs(rng, (b, h, l, d), torch.bfloat16)[1].transpose(1, 2)     # dense, permuted
+    dz, ds = zt.compute_dzdo(do, z, o)
+    assert dz.stride() == z.stride() and dz.dtype == torch.bfloat16
+    assert ds.is_contiguous() and ds.dtype == torch.float32
+    r = ref_bwd(np_of(do), np_of(z), np_of(o))
+    check("dz", np_of(dz), r[0], r[2], r[4])
+    check("do_scaled", np_of(ds), r[1], r[3], r[5])
+    # a z of fewer dimensions than do: refused, not packed as if it were 4-D
+    with pytest.raises(zgate.Error):
+        zt.compute_dzdo(do, z[0], o)
+
+
 def test_custom_ops_pass_opcheck(rng):
     args = tinputs(rng, (2, 5, 3, 8), torch.float32)
     torch.library.opcheck(torch.ops.zgate.bwd.default, args)
@@ -118,6 +135,50 @@ def test_custom_ops_pass_opcheck(rng):
     torch.library.opcheck(torch.ops.zgate.fwd.default, (o, z))
     torch.library.opcheck(torch.ops.zgate.silu_gate_backward.default,
                           (args[0], args[2], args[1].to(torch.bfloat16)))
+    new = lambda dtype=torch.float32: torch.empty(args[0].shape, dtype=dtype)  # noqa: E731
+    torch.library.opcheck(torch.ops.zgate.bwd_out.default,
+                          (*args, new(), new(torch.bfloat16)))
+    torch.library.opcheck(torch.ops.zgate.bwd_inplace.default, (args[0].clone(), *args[1:], new()))
+    torch.library.opcheck(torch.ops.zgate.fwd_out.default, (args[2], args[1], new()))
+
+
+def _given_both(g, z, o, dz, dos):
+    return zgate.bwd(g, z, o, dz=dz, dout_scaled=dos)
+
+
+def _in_place(g, z, o, dz):
+    return zgate.bwd(g, z, o, dz=dz, inplace=True)
+
+
+def _fwd_out(o, z, out):
+    return zgate.fwd(o, z, out=out)
+
+
+@pytest.mark.parametrize("fn,op,n", [(_given_both, "bwd_out", 2), (_in_place, "bwd_inplace", 1),
+                                     (_fwd_out, "fwd_out", 1)], ids=["dz+dout_scaled",
+                                                                     "inplace", "fwd out"])
+def test_compiled_outputs_are_written_in_place(rng, fn, op, n):
+    """Compiled, the given outputs are mutated by the out-variant op: the generated code calls
+    it on the graph's own arguments and allocates and copies nothing."""
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    shape = (2, 9, 3, 16)
+    args = [t for t in tinputs(rng, shape, torch.float32)]
+    args += [torch.full(shape, float("nan")) for _ in range(n)]   # the outputs
+    if fn is _fwd_out:
+        args = [args[2], args[1], args[3]]
+    want = [t.clone() for t in args]
+    fn(*want)                                   # eager: raw-pointer writes
+    ptrs = [t.data_ptr() for t in args]
+    res, code = run_and_get_code(torch.compile(fn, fullgraph=True, backend="inductor"), *args)
+    body = "\n".join(code).split("def call(")[1].split("def get_args")[0]   # the graph's run
+    assert "torch.ops.zgate.%s.default(arg0_1" % op in body
+    assert "copy_(" not in body and "empty_strided" not in body, body
+    assert [t.data_ptr() for t in args] == ptrs
+    for got, exp in zip(args, want):
+        assert torch.equal(got, exp)
+    for r in (res if isinstance(res, tuple) else (res,)):
+        assert any(r is a for a in args)        # the given tensors themselves come back
 
 
 @pytest.mark.parametrize("device", DEVICES)
