@@ -5,10 +5,10 @@
 
 mamba_ssm is imported without its __init__.py, so Mamba-1's CUDA extensions need not be
 built (zgate.torch.use_in_mamba_ssm's skip_package_init). With ZGATE_MAMBA=1,
-use_in_mamba_ssm() is in force for the whole session; the summary says where and how many
-calls reached zgate, and a session where none did fails. ZGATE_MAMBA_ERRORS=FILE collects
+use_in_mamba_ssm() is in force for the whole pytest run; the summary says where and how many
+calls reached zgate, and a run where none did fails. ZGATE_MAMBA_ERRORS=FILE collects
 the lines the tests print that hold an error figure ("dZ error: 1.2e-02"), one
-"test id<TAB>line" per line, and last the session's outcome, so that two runs can be set
+"test id<TAB>line" per line, and last the run's outcome, so that two runs can be set
 side by side.
 """
 import os
@@ -43,7 +43,7 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1  # passing without zgate having run proves nothing about zgate
     out = _state.pop("errors", None)
     if out is not None:
-        out.write("(session)\t%d tests selected, %d failed, exit status %d; %s\n" % (
+        out.write("(run)\t%d tests selected, %d failed, exit status %d; %s\n" % (
             len(session.items), session.testsfailed, int(session.exitstatus),
             "zgate not in use" if h is None else "%d calls reached zgate" % h.calls))
         out.close()
