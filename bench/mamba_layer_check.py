@@ -3,11 +3,13 @@
 in the layer, and the gate's share of the backward time.
 
     python3 bench/mamba_layer_check.py --mamba PATH [--headdims 64,128,80,96] [--batch 2]
-        [--seqlen 2048] [--nheads 24] [--rep 20] [--json FILE] [--in-process]
+        [--seqlen 2048] [--nheads 24] [--rep 20] [--json FILE] [--in-process] [--zgate-only]
 
 PATH is a state-spaces/mamba checkout (its mamba_ssm/ and tests/ folders; never committed):
 mamba_ssm is imported from it without its __init__.py. Each headdim runs in a process of its
-own (a crash of one does not hide the others; --in-process runs them in this one). There
+own (a crash of one does not hide the others; --in-process runs them in this one); a headdim
+whose process died runs again with --zgate-only, where upstream's compute_dzdo never runs and
+zgate's gradients are judged against the reference alone. There
 the Mamba3 module (SISO, bf16, d_state 128, expand 2, so d_model = nheads * headdim / 2) runs
 forward and backward on one input and one output gradient, its weights and inputs the same
 in every run:
@@ -139,16 +141,21 @@ class Probe:
 
     def __call__(self, do, z, o, chunk_size=64):
         import zgate.torch as zt
-        up, up_ms = self._timed(lambda: self.original(do, z, o, chunk_size=chunk_size))
-        zg, zg_ms = self._timed(lambda: zt.compute_dzdo(do, z, o, chunk_size=chunk_size))
+        impls = {"zgate": zt.compute_dzdo}
+        if self.original is not None:  # None: zgate only (its result goes on)
+            impls = {"upstream": self.original, **impls}
+        got, ms = {}, {}
+        for name, fn in impls.items():
+            got[name], ms[name] = self._timed(lambda: fn(do, z, o, chunk_size=chunk_size))
         ref = formula64(do, z, o)
-        self.result = {"z_strides": list(z.stride()),
-                       "first_call_ms": {"upstream": up_ms, "zgate": zg_ms},
-                       "elements_differing": int((up[0] != zg[0]).sum() + (up[1] != zg[1]).sum())}
-        for name, got in (("upstream", up), ("zgate", zg)):
-            self.result[name] = {"dz": gate_errors(got[0], ref[0], ref[2]),
-                                 "do_scaled": gate_errors(got[1], ref[1], ref[3])}
-        return up
+        self.result = {"z_strides": list(z.stride()), "first_call_ms": ms}
+        if "upstream" in got:
+            up, zg = got["upstream"], got["zgate"]
+            self.result["elements_differing"] = int((up[0] != zg[0]).sum() + (up[1] != zg[1]).sum())
+        for name, r in got.items():
+            self.result[name] = {"dz": gate_errors(r[0], ref[0], ref[2]),
+                                 "do_scaled": gate_errors(r[1], ref[1], ref[3])}
+        return next(iter(got.values()))
 
 
 class GateTimer:
@@ -199,17 +206,23 @@ def distance(a, b):
     return d / n if n > 0 else d
 
 
-def compare_grads(up, up2, zg, ref):
+def compare_grads(zg, ref, up=None, up2=None):
+    """Per gradient: zgate's distance to the reference and, with upstream's two runs, the
+    A/A distance, zgate's distance to upstream and the ratio of the distances to the reference."""
     rows = {}
-    for name in up:
-        if up[name] is None:
+    for name in zg:
+        if zg[name] is None:
             continue
-        up_ref, zg_ref = distance(up[name], ref[name]), distance(zg[name], ref[name])
-        rows[name] = {"numel": up[name].numel(), "upstream_aa": distance(up2[name], up[name]),
-                      "zgate_vs_upstream": distance(zg[name], up[name]),
-                      "upstream_vs_ref": up_ref, "zgate_vs_ref": zg_ref,
-                      "ratio": zg_ref / up_ref if up_ref > 0 else
-                      (1.0 if zg_ref == 0 else float("inf"))}
+        zg_ref = distance(zg[name], ref[name])
+        rows[name] = {"numel": zg[name].numel(), "zgate_vs_ref": zg_ref}
+        if up is None:
+            continue
+        up_ref = distance(up[name], ref[name])
+        rows[name].update({"upstream_aa": distance(up2[name], up[name]),
+                           "zgate_vs_upstream": distance(zg[name], up[name]),
+                           "upstream_vs_ref": up_ref,
+                           "ratio": zg_ref / up_ref if up_ref > 0 else
+                           (1.0 if zg_ref == 0 else float("inf"))})
     return rows
 
 
@@ -227,19 +240,23 @@ def check_headdim(a, headdim):
     gen = torch.Generator(device=dev).manual_seed(1)
     u = torch.randn(a.batch, a.seqlen, d_model, device=dev, generator=gen).to(torch.bfloat16)
     g = torch.randn(a.batch, a.seqlen, d_model, device=dev, generator=gen).to(torch.bfloat16)
-    row = {"headdim": headdim, "d_model": d_model, "shape": [a.batch, a.seqlen, a.nheads, headdim]}
+    row = {"headdim": headdim, "d_model": d_model, "shape": [a.batch, a.seqlen, a.nheads, headdim],
+           "zgate_only": a.zgate_only}
     print("headdim %d: d_model %d, gate shape %s" % (headdim, d_model, row["shape"]), flush=True)
 
     t0 = time.perf_counter()
     probe = Probe(clock)
     with zt.use_in_mamba_ssm(replacement=probe) as h:
-        probe.original = h.original
+        probe.original = None if a.zgate_only else h.original
         row["replaced"] = h.replaced
         out_up, up = forward_backward(model, u, g, clock)
     if probe.result is None:
         raise RuntimeError("the layer's backward did not call compute_dzdo")
     row["gate"], row["first_run_s"] = probe.result, time.perf_counter() - t0
-    out_up2, up2 = forward_backward(model, u, g, clock)        # nothing patched
+    if a.zgate_only:
+        out_up = up = None
+    else:
+        out_up2, up2 = forward_backward(model, u, g, clock)    # nothing patched
     with zt.use_in_mamba_ssm() as h:
         out_zg, zg = forward_backward(model, u, g, clock)
         row["zgate_calls"] = h.calls
@@ -252,16 +269,23 @@ def check_headdim(a, headdim):
     finally:
         mamba3.mamba3_siso_combined = combined
     del ref_model
-    row["forward"] = {"upstream_aa_max_diff": (out_up - out_up2).abs().max().item(),
-                      "zgate_vs_upstream_max_diff": (out_zg - out_up).abs().max().item(),
-                      "upstream_vs_ref": distance(out_up, out_ref)}
-    row["grads"] = compare_grads(up, up2, zg, ref)
-    del up, up2, zg, ref
+    row["forward"] = {"zgate_vs_ref": distance(out_zg, out_ref)}
+    if up is not None:
+        row["forward"].update({"upstream_aa_max_diff": (out_up - out_up2).abs().max().item(),
+                               "zgate_vs_upstream_max_diff": (out_zg - out_up).abs().max().item(),
+                               "upstream_vs_ref": distance(out_up, out_ref)})
+        row["grads"] = compare_grads(zg, ref, up, up2)
+        del up2
+    else:
+        row["grads"] = compare_grads(zg, ref)
+    del up, zg, ref
 
     timer = GateTimer(clock)
-    times = {"upstream": [], "zgate": []}
+    times = {name: [] for name in (("zgate",) if a.zgate_only else ("upstream", "zgate"))}
     with zt.use_in_mamba_ssm(replacement=timer) as h:
-        impls = {"upstream": h.original, "zgate": zt.compute_dzdo}
+        impls = {"zgate": zt.compute_dzdo}
+        if not a.zgate_only:
+            impls = {"upstream": h.original, **impls}
         for r in range(a.rep + 2):
             for name, impl in impls.items():
                 bwd_ms, gate_ms, calls = timed_backward(model, u, g, timer, impl)
@@ -286,7 +310,7 @@ def problems(row):
         found.append("zgate: %d dz and %d do_scaled elements out of tolerance"
                      % (zg["dz"]["out_of_tolerance"], zg["do_scaled"]["out_of_tolerance"]))
     for name, c in row["grads"].items():
-        if c["ratio"] > RATIO_LIMIT:
+        if c.get("ratio", 0) > RATIO_LIMIT:  # no ratio: upstream did not run (--zgate-only)
             found.append("d(%s): zgate %.3g from the reference, upstream %.3g"
                          % (name, c["zgate_vs_ref"], c["upstream_vs_ref"]))
     return found
@@ -297,23 +321,29 @@ def report(row):
           % (row["headdim"], row["d_model"], tuple(row["gate"]["z_strides"]),
              ", ".join(row["replaced"])))
     f = row["forward"]
-    print("  forward: upstream A/A max diff %.3g, zgate vs upstream %.3g, upstream vs ref %.3g"
-          % (f["upstream_aa_max_diff"], f["zgate_vs_upstream_max_diff"], f["upstream_vs_ref"]))
+    if "upstream_vs_ref" in f:
+        print("  forward: upstream A/A max diff %.3g, zgate vs upstream %.3g, upstream vs ref %.3g,"
+              " zgate vs ref %.3g" % (f["upstream_aa_max_diff"], f["zgate_vs_upstream_max_diff"],
+                                      f["upstream_vs_ref"], f["zgate_vs_ref"]))
+    else:
+        print("  forward: zgate vs ref %.3g (upstream's compute_dzdo not run)" % f["zgate_vs_ref"])
     print("  %-22s %10s %10s %10s %10s %10s %7s" % (
         "gradient", "elements", "up A/A", "zg vs up", "up vs ref", "zg vs ref", "ratio"))
+    num = lambda c, k, fmt: fmt % c[k] if k in c else "%*s" % (len(fmt % 0.0), "-")
     for name, c in row["grads"].items():
-        print("  %-22s %10d %10.3g %10.3g %10.3g %10.3g %7.4f" % (
-            name, c["numel"], c["upstream_aa"], c["zgate_vs_upstream"], c["upstream_vs_ref"],
-            c["zgate_vs_ref"], c["ratio"]))
+        print("  %-22s %10d %s %s %s %10.3g %s" % (
+            name, c["numel"], num(c, "upstream_aa", "%10.3g"), num(c, "zgate_vs_upstream", "%10.3g"),
+            num(c, "upstream_vs_ref", "%10.3g"), c["zgate_vs_ref"], num(c, "ratio", "%7.4f")))
     gt = row["gate"]
-    for name in ("upstream", "zgate"):
+    for name in row["time"]:
         dz, ds = gt[name]["dz"], gt[name]["do_scaled"]
         print("  gate %-8s: > 1 ulp: dz %d, do_scaled %d; out of tolerance: %d, %d; max abs err "
               "%.3g, %.3g; first call %.1f ms" % (
                   name, dz["off_1ulp"], ds["off_1ulp"], dz["out_of_tolerance"],
                   ds["out_of_tolerance"], dz["max_err"], ds["max_err"],
                   gt["first_call_ms"][name]))
-    print("  gate outputs differing between the two: %d elements" % gt["elements_differing"])
+    if "elements_differing" in gt:
+        print("  gate outputs differing between the two: %d elements" % gt["elements_differing"])
     for name, t in row["time"].items():
         print("  time %-8s: backward %.3f ms, compute_dzdo %.3f ms = %.2f%% of it"
               % (name, t["backward_ms"], t["gate_ms"], 100 * t["gate_share"]))
@@ -324,15 +354,23 @@ def summary(rows, died):
     print("\nsummary:")
     for row in rows:
         t, gt = row["time"], row["gate"]
-        off = {n: gt[n]["dz"]["off_1ulp"] + gt[n]["do_scaled"]["off_1ulp"]
-               for n in ("upstream", "zgate")}
+        off = {n: gt[n]["dz"]["off_1ulp"] + gt[n]["do_scaled"]["off_1ulp"] for n in t}
+        verdict = "ok" if row["ok"] else "PROBLEMS"
+        if row.get("zgate_only"):
+            print("  headdim %3d: %s with zgate only; gate share of the backward %.2f%%; elements "
+                  "> 1 ulp: zgate %d; worst gradient distance to the reference %.3g" % (
+                      row["headdim"], verdict, 100 * t["zgate"]["gate_share"], off["zgate"],
+                      max(c["zgate_vs_ref"] for c in row["grads"].values())))
+            continue
         print("  headdim %3d: %s; gate share of the backward: upstream %.2f%%, zgate %.2f%%; "
               "elements > 1 ulp: upstream %d, zgate %d; worst gradient ratio %.4f" % (
-                  row["headdim"], "ok" if row["ok"] else "PROBLEMS",
-                  100 * t["upstream"]["gate_share"], 100 * t["zgate"]["gate_share"],
-                  off["upstream"], off["zgate"], max(c["ratio"] for c in row["grads"].values())))
-    for hd in died:
-        print("  headdim %3d: its process died (see above)" % hd)
+                  row["headdim"], verdict, 100 * t["upstream"]["gate_share"],
+                  100 * t["zgate"]["gate_share"], off["upstream"], off["zgate"],
+                  max(c["ratio"] for c in row["grads"].values())))
+    for d in died:
+        print("  headdim %3d: its process died %s (see above)" % (
+            d["headdim"], "with zgate's compute_dzdo only" if d["zgate_only"]
+            else "with upstream's compute_dzdo in"))
 
 
 def environment(a):
@@ -388,6 +426,8 @@ def main(argv=None):
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--in-process", action="store_true", help="every headdim in this process")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--zgate-only", action="store_true",
+                    help="upstream's compute_dzdo never runs; gradients against the reference only")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(argv)
@@ -406,8 +446,12 @@ def main(argv=None):
             report(row)
         else:
             row = child(argv, hd)
+            if row is None and not a.zgate_only:
+                print("headdim %d: again with zgate's compute_dzdo only" % hd, flush=True)
+                died.append({"headdim": hd, "zgate_only": False})
+                row = child(argv + ["--zgate-only"], hd)
         if row is None:
-            died.append(hd)
+            died.append({"headdim": hd, "zgate_only": True})
         else:
             rows.append(row)
         if a.json:  # after every headdim, so that a run stopped short keeps what it has

@@ -21,9 +21,12 @@ import mamba_layer_check  # noqa: E402
 
 # upstream's compute_dzdo, made 1% off in dz so that the gate check has something to find
 DEFINITION = '''
+import os
 import torch
 
 def compute_dzdo(do, z, o, chunk_size=64):
+    if os.environ.get("STANDIN_UPSTREAM_DIES"):  # as upstream's kernel at headdim 96 on the GPU
+        os._exit(134)
     s = torch.sigmoid(z.float())
     dz = do.float() * o.float() * s * (1 + z.float() * (1 - s)) * 1.01
     return dz.to(do.dtype), (do.float() * s * z.float()).to(do.dtype)
@@ -152,3 +155,36 @@ def test_a_headdim_in_a_process_of_its_own(standin, tmp_path, capfd):
     assert row["headdim"] == 12 and row["ok"] and not (tmp_path / "x").exists()
     out = capfd.readouterr().out
     assert "headdim 12 (d_model 12)" in out and "summary:" not in out
+
+
+def test_zgate_only_judges_against_the_reference_alone(standin, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STANDIN_UPSTREAM_DIES", "1")   # upstream's function must never run
+    out = tmp_path / "layer.json"
+    rc = mamba_layer_check.main(["--mamba", str(standin), "--headdims", "8", "--zgate-only",
+                                 "--json", str(out)] + ARGS)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    row = json.load(open(out))["rows"][0]
+    assert row["zgate_only"] and row["ok"] and row["zgate_calls"] == 1
+    assert set(row["gate"]) == {"z_strides", "first_call_ms", "zgate"}
+    assert set(row["time"]) == {"zgate"} and row["time"]["zgate"]["gate_ms"] > 0
+    for c in row["grads"].values():
+        assert set(c) == {"numel", "zgate_vs_ref"} and c["zgate_vs_ref"] < 0.05
+    assert "with zgate only" in text and "upstream's compute_dzdo not run" in text
+
+
+def test_a_headdim_whose_upstream_run_dies_runs_again_with_zgate_only(standin, tmp_path,
+                                                                     monkeypatch, capfd):
+    monkeypatch.setenv("STANDIN_UPSTREAM_DIES", "1")
+    out = tmp_path / "layer.json"
+    rc = mamba_layer_check.main(["--mamba", str(standin), "--headdims", "8,12", "--json",
+                                 str(out)] + ARGS)
+    text = capfd.readouterr().out
+    assert rc == 2, text                                 # a death is never a pass
+    result = json.load(open(out))
+    assert [r["headdim"] for r in result["rows"]] == [8, 12]
+    assert all(r["zgate_only"] and r["ok"] for r in result["rows"])
+    assert result["died"] == [{"headdim": 8, "zgate_only": False},
+                              {"headdim": 12, "zgate_only": False}]
+    assert "headdim   8: its process died with upstream's compute_dzdo in" in text
+    assert "again with zgate's compute_dzdo only" in text
