@@ -2,9 +2,11 @@
 # Upstream's Mamba-3 with zgate's compute_dzdo on a GPU machine:
 #   scripts/gpu-mamba.sh PATH     PATH: a state-spaces/mamba checkout, its mamba_ssm/ and tests/
 #                                 (never committed; a REVISION file in it names its commit)
-# Stages (STAGES chooses; each has its own time limit, so on a machine with a 10-minute limit
-# per command two calls are needed: "build shipped zgate compare", then "build layer"; or
-# three, "build shipped", "build zgate compare", "build layer"):
+# Stages (STAGES chooses; each has its own time limit). On an H200 upstream's tests spend
+# minutes per test item in their autotuning (4 December 2026: 300 s did not reach the end of
+# the second item), so with a 10-minute limit per command run one item per call:
+#   UPSTREAM_PYTEST_ARGS="-k test_mamba3_siso_combined_batched" STAGES="build shipped zgate compare"
+# The layer stage takes about 4 minutes a headdim ("build layer" with LAYER_ARGS="--headdims 96,128").
 #   build     libzgate with CUDA (the library alone) in build/gpu-mamba
 #   shipped   upstream's Mamba-3 SISO tests as shipped (tests/ops/triton/test_mamba3_siso*.py
 #             and the SISO cases of tests/modules/test_mamba3*.py)
@@ -16,7 +18,8 @@
 #             a float32 reference, the gate's errors and its share of the backward time, at
 #             bf16, batch 2, seqlen 2048, 24 heads, headdim 64/128/80/96 (LAYER_ARGS adds
 #             arguments, e.g. "--in-process --rep 10")
-# UPSTREAM_PYTEST_ARGS adds pytest arguments to both test runs (e.g. "-k combined").
+# UPSTREAM_PYTEST_ARGS adds pytest arguments to both test runs (e.g. "-k combined");
+# SHIPPED_S and ZGATE_S set the two runs' limits in seconds (300 and 240).
 # mamba_ssm is imported without its __init__.py both times, so Mamba-1's CUDA extensions
 # (selective_scan_cuda, causal_conv1d) need not be built. Logs in $OUT (build/gpu-out
 # elsewhere): stage logs, the two runs' error lines (*.err, each ending with the session's
@@ -67,8 +70,8 @@ compare() { # the error lines of both runs, which come in the same order
 export -f upstream_tests compare
 
 stage build 180 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD --target zgate -j 16'
-stage shipped 300 'ZGATE_MAMBA=0 upstream_tests shipped'
-stage zgate 240 'ZGATE_MAMBA=1 upstream_tests zgate'
+stage shipped "${SHIPPED_S:-300}" 'ZGATE_MAMBA=0 upstream_tests shipped'
+stage zgate "${ZGATE_S:-240}" 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare
 stage layer 520 'python3 bench/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
 
