@@ -20,12 +20,13 @@
 #   STAGES=export VARIANTS=...    only export the @REF sources (git archive), where the
 #                                 repository is; the GPU machine's copy of the tree has no .git,
 #                                 so export here and carry build/src-<name> with the call.
-#                                 Same speed as the previous build, in one run (the SASS
-#                                 comparison's counterpart, docs/performance.md):
-#                                   STAGES=export VARIANTS="new=;prev=@main" scripts/gpu-run.sh
+#                                 Same speed as the commit BASE before a change, in one run
+#                                 (the GPU counterpart of scripts/cuda-sass-compare.py; the
+#                                 full command is in docs/performance.md):
+#                                   STAGES=export VARIANTS="new=;prev=@BASE" scripts/gpu-run.sh
 #                                   then on the GPU, carrying build/src-prev (.export-ref
 #                                   in it names the commit):
-#                                   VARIANTS="new=;prev=@main" STAGES="build smoke variants" ...
+#                                   VARIANTS="new=;prev=@BASE" STAGES="build smoke variants" ...
 #   FIRST_VARIANTS="0 1"          the builds whose first call the "first" stage measures in
 #                                 fresh processes (tests/cuda/cuda_first_call.cu, and
 #                                 bench/gpu_bench.py --first-call with PyTorch).
@@ -96,6 +97,8 @@ if [ "$STAGES" = export ]; then ! printf '%s\n' "${summary[@]}" | grep -q FAILED
 build_one() { # dir spec (nvcc flags for this tree, or @REF: build/src-<name>)
   local src=. flags=$2
   if [ "${flags#@}" != "$flags" ]; then src=build/src-$3 flags=""; fi
+  # a build dir configured from another source tree is started afresh
+  if ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$src" && pwd)" "$1/CMakeCache.txt" 2>/dev/null; then rm -rf "$1"; fi
   cmake -S "$src" -B "$1" $CFG "-DCMAKE_CUDA_FLAGS=$flags" >"$1.cfg.log" 2>&1 &&
     cmake --build "$1" --target zgate test_cuda_gate cuda_first_call example_cuda_stream -j 6 >"$1.build.log" 2>&1 || { tail -30 "$1.cfg.log" "$1.build.log"; return 1; }
 }
