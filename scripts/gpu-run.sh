@@ -8,12 +8,25 @@
 #                                 and "profile" (ncu counters of zgate and torch.compile on
 #                                 PROFILE_ROWS, bench/gpu_profile.py)
 #   STAGES="build ctest" scripts/gpu-run.sh     a subset
-#   VARIANTS="name=flags;name=flags" ...         build-time kernel variants (cuda_kernels.h's
-#                                 ZG_CUDA_* macros), each a full build in build/var<i>; the
-#                                 variants stage times them side by side in one process
-#                                 (zgate only, shapes moving >= 336 MB) and the remaining
-#                                 stages test and benchmark the one with the highest geomean
-#                                 fraction of copy bandwidth. VARIANTS="" builds $BUILD only.
+#   VARIANTS="name=spec;name=spec" ...           several builds, each a full build in
+#                                 build/var<i>; the variants stage times them side by side in
+#                                 one process (bench/gpu_bench.py --variant-libs) and the
+#                                 remaining stages test and benchmark the one with the highest
+#                                 geomean fraction of copy bandwidth. A spec is either nvcc
+#                                 flags for this tree (CMAKE_CUDA_FLAGS; empty: the shipped
+#                                 build) or @REF: the library of git commit REF, built with the
+#                                 default flags from its files exported to build/src-<name>.
+#                                 The default, VARIANTS="", builds $BUILD only.
+#   STAGES=export VARIANTS=...    only export the @REF sources (git archive), where the
+#                                 repository is; the GPU machine's copy of the tree has no .git,
+#                                 so export here and carry build/src-<name> with the call.
+#                                 Same speed as the commit BASE before a change, in one run
+#                                 (the GPU counterpart of scripts/cuda-sass-compare.py; the
+#                                 full command is in docs/performance.md):
+#                                   STAGES=export VARIANTS="new=;prev=@BASE" scripts/gpu-run.sh
+#                                   then on the GPU, carrying build/src-prev (.export-ref
+#                                   in it names the commit):
+#                                   VARIANTS="new=;prev=@BASE" STAGES="build smoke variants" ...
 #   FIRST_VARIANTS="0 1"          the builds whose first call the "first" stage measures in
 #                                 fresh processes (tests/cuda/cuda_first_call.cu, and
 #                                 bench/gpu_bench.py --first-call with PyTorch).
@@ -29,13 +42,11 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build/gpu}
 STAGES=${STAGES:-"build first smoke variants ctest sanitize bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
-# The defaults first (index 0). On 2 December 2026 (docs/perf-notes.md) this list measured
-# v3index, layouts, t128 (now the defaults), t512, u2t128 and ldg, then the module split
-# (shipped: one translation unit per operator and dtype kind) against one module (mono) and
-# fewer kernels (lean), and two kernel variants that lost and are gone (8-wide float32,
-# 16-bit half stores).
-VARIANTS=${VARIANTS-"split=;mono=-DZG_CUDA_UNITY=1;lean=-DZG_CUDA_LEAN=1"}
-FIRST_VARIANTS=${FIRST_VARIANTS-"0 1 2"}
+# The kernels had build-time switches (ZG_CUDA_* macros) until 4 December 2026, and the
+# variants measured with them are in docs/perf-notes.md; the shipped values are now plain
+# constants, and an experiment is a commit, timed against the shipped one as NAME=@REF.
+VARIANTS=${VARIANTS-""}
+FIRST_VARIANTS=${FIRST_VARIANTS-"0 1"}
 summary=()
 START=$(date +%s)
 
@@ -58,16 +69,46 @@ gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF
 IFS=';' read -ra VLIST <<<"$VARIANTS"
 export OUT BUILD CFG VARIANTS FIRST_VARIANTS
 
-build_one() { # dir flags
-  cmake -S . -B "$1" $CFG "-DCMAKE_CUDA_FLAGS=$2" >"$1.cfg.log" 2>&1 &&
+# build/src-<name> for each NAME=@REF variant: REF's files (git archive), its commit in
+# build/src-<name>/.export-ref; an export of another commit is replaced. Without git (the
+# GPU machine's copy of the tree) the export must already be there.
+export_refs() {
+  local spec name ref dir want list
+  IFS=';' read -ra list <<<"$VARIANTS"
+  for spec in "${list[@]}"; do
+    name=${spec%%=*} ref=${spec#*=}
+    [ "${ref#@}" != "$ref" ] || continue
+    ref=${ref#@} dir=build/src-$name
+    if git rev-parse --git-dir >/dev/null 2>&1; then
+      want=$(git rev-parse --verify -q "$ref^{commit}") || { echo "$ref: not a commit"; return 1; }
+      if [ "$(cat "$dir/.export-ref" 2>/dev/null)" != "$want" ]; then
+        rm -rf "$dir" && mkdir -p "$dir" && git archive "$want" | tar -x -C "$dir" && echo "$want" >"$dir/.export-ref" || return 1
+      fi
+    elif [ ! -f "$dir/CMakeLists.txt" ]; then
+      echo "$dir: missing, and no git here to export $ref (run STAGES=export where the repository is)"; return 1
+    fi
+    echo "$name: $dir, commit $(cat "$dir/.export-ref" 2>/dev/null || echo unknown)"
+  done
+}
+export -f export_refs
+stage export 60 export_refs
+if [ "$STAGES" = export ]; then ! printf '%s\n' "${summary[@]}" | grep -q FAILED; exit; fi
+
+build_one() { # dir spec (nvcc flags for this tree, or @REF: build/src-<name>)
+  local src=. flags=$2
+  if [ "${flags#@}" != "$flags" ]; then src=build/src-$3 flags=""; fi
+  # a build dir configured from another source tree is started afresh
+  if ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$src" && pwd)" "$1/CMakeCache.txt" 2>/dev/null; then rm -rf "$1"; fi
+  cmake -S "$src" -B "$1" $CFG "-DCMAKE_CUDA_FLAGS=$flags" >"$1.cfg.log" 2>&1 &&
     cmake --build "$1" --target zgate test_cuda_gate cuda_first_call example_cuda_stream -j 6 >"$1.build.log" 2>&1 || { tail -30 "$1.cfg.log" "$1.build.log"; return 1; }
 }
 build() {
   local i=0 rc=0 spec pids=()
+  export_refs || return 1
   if [ -z "$VARIANTS" ]; then build_one "$BUILD" "" || return 1; fi
   IFS=';' read -ra list <<<"$VARIANTS"
   for spec in "${list[@]}"; do
-    mkdir -p build; build_one "build/var$i" "${spec#*=}" & pids+=($!); i=$((i + 1))
+    mkdir -p build; build_one "build/var$i" "${spec#*=}" "${spec%%=*}" & pids+=($!); i=$((i + 1))
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc

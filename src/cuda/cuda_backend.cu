@@ -13,7 +13,6 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda_gate_math.cuh"
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 
@@ -24,22 +23,13 @@ extern "C" {
 #include "zgate_internal.h"
 }
 
-#if ZG_CUDA_UNITY /* benchmark variant: every kernel in this one module */
-#define ZG_CUDA_UNITY_INCLUDE
-#include "kernels_bwd_f32.cu"
-#include "kernels_bwd_f16.cu"
-#include "kernels_bwd_bf16.cu"
-#include "kernels_bwd_mixed.cu"
-#include "kernels_fwd_f32.cu"
-#include "kernels_fwd_f16.cu"
-#include "kernels_fwd_bf16.cu"
-#include "kernels_fwd_mixed.cu"
-#endif
-
 namespace zgcu {
 namespace {
 
-/* ---- host side ------------------------------------------------------------------------ */
+/* The widest item (elements) the host picks: 16-byte accesses. All-float32 problems stop at
+ * 4 (8, two 16-byte accesses a tensor, measured no faster on the H200: docs/perf-notes.md,
+ * 2 December 2026); with any 2-byte tensor 8 elements give it 16-byte accesses. */
+constexpr int kMaxVecF32 = 4, kMaxVec16 = 8;
 
 int fail_cuda(const char *what, cudaError_t e) {
   return zg_fail(ZGATE_ERR_CUDA, "CUDA error in %s: %s (%s)", what, cudaGetErrorName(e),
@@ -91,12 +81,9 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
     for (int d = 0; d < 4; d++) strides[t][d] = op.strides[d];
   }
   plan_collapse(nt, p->shape, strides, a.n, a.st);
-  /* 16 bytes per access is enough: all-float32 problems stop at 4 elements a vector (8, two
-   * 16-byte accesses a tensor, measured no faster on the H200: docs/perf-notes.md, 2 December
-   * 2026); with any 2-byte tensor 8 elements give it 16-byte accesses. */
   bool all_f32 = true;
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
-  int v = plan_vector_width(nt, a, esize, all_f32 ? ZG_CUDA_MAXV_F32 : ZG_CUDA_MAXV_16);
+  int v = plan_vector_width(nt, a, esize, all_f32 ? kMaxVecF32 : kMaxVec16);
   plan_items(a, v);
   const int layout = plan_layout(a, v);
   for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;

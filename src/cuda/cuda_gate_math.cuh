@@ -1,7 +1,7 @@
-/* Per-element math and storage conversions of the CUDA backend: the device twin of the
- * CPU SIMD paths (src/cpu/simd_exp.h for the recipe and its measured error,
- * src/cpu/kernels_avx2.c for the same operations in the same order), with gate_math.h's
- * formula and grouping:
+/* Per-element math of the CUDA backend, and the two operators built on it as the kernel's
+ * template parameter (cuda_kernel.cuh): the device twin of the CPU SIMD paths
+ * (src/cpu/simd_exp.h for the recipe and its measured error, src/cpu/kernels_avx2.c for the
+ * same operations in the same order), with gate_math.h's formula and grouping:
  *
  *   e = exp(-|z|), r = 1/(1+e); z >= 0: s = r, 1-s = e*r; z < 0: s = e*r, 1-s = r
  *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = dout * (z*s);  out = o * (z*s)
@@ -11,39 +11,28 @@
  * z*s is subnormal only for z < -87, where the absolute allowance (4 * 2^-149 * |dout*z|)
  * covers its rounding.
  *
- * Two versions, chosen by the output types:
- *  - float32 outputs (accurate path): CUDA's expf is good to 2 ulp, and the five roundings
- *    of the plain formula on top of it reach about 4.8 ulp of the scale (measured on the CPU
- *    with an exact exp), over the policy's 4. Here exp carries its rounding error (e + elo),
- *    r and e*r are each corrected to about half an ulp, and dout*o keeps its rounding error
- *    through an fma, as on the CPU. About 60 instructions an element: affordable at float32's
- *    element rate (20 bytes an element), not at bfloat16's (10).
- *  - float16/bfloat16 outputs (fast path): the plain formula with CUDA's expf. Its error,
- *    at most about 13 units of 2^-24 relative to the scale, is far below half an ulp of a
- *    16-bit type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3 units
- *    of 2^-24 of the scale), within the policy's float32 bound plus half an ulp of the type. Every fma is written out (fmaf); the other operations are
- * plain float adds and multiplies, which nvcc only contracts when a product feeds an add,
- * and no such pair is left unwritten here. Subnormals are kept (no -ftz); the build never
- * passes --use_fast_math. Conversions round to nearest even (cvt.rn); NaN stays NaN,
- * overflow becomes inf. */
+ * Two recipes, chosen by the output types:
+ *  - Accurate (float32 outputs): CUDA's expf is good to 2 ulp, and the five roundings of the
+ *    plain formula on top of it reach about 4.8 ulp of the scale (measured on the CPU with
+ *    an exact exp), over the policy's 4. Here exp carries its rounding error (e + elo), r
+ *    and e*r are each corrected to about half an ulp, and dout*o keeps its rounding error
+ *    through an fma, as on the CPU. About 60 instructions an element: affordable at
+ *    float32's element rate (20 bytes an element), not at bfloat16's (10).
+ *  - Fast (float16/bfloat16 outputs): the plain formula with CUDA's expf. Its error, at most
+ *    about 13 units of 2^-24 relative to the scale, is far below half an ulp of a 16-bit
+ *    type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3 units of
+ *    2^-24 of the scale), within the policy's float32 bound plus half an ulp of the type.
+ * Every fma is written out (fmaf); the other operations are plain float adds and
+ * multiplies, which nvcc only contracts when a product feeds an add, and no such pair is
+ * left unwritten here. Subnormals are kept (no -ftz); the build never passes
+ * --use_fast_math. */
 #ifndef ZGATE_CUDA_GATE_MATH_CUH
 #define ZGATE_CUDA_GATE_MATH_CUH
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
 
 #include "cpu/simd_exp.h"
 
 #if defined(__USE_FAST_MATH__)
 #error "zgate's CUDA backend must not be built with --use_fast_math: NaN, inf and exp accuracy matter"
-#endif
-
-#ifndef ZG_CUDA_STREAMING /* 1: ld.global.cs / st.global.cs (evict-first) for every access */
-#define ZG_CUDA_STREAMING 0
-#endif
-#ifndef ZG_CUDA_LDG /* 1: inputs through the read-only path (ld.global.nc); a benchmark variant */
-#define ZG_CUDA_LDG 0
 #endif
 
 namespace zgcu {
@@ -58,9 +47,6 @@ namespace zgcu {
 __device__ __forceinline__ float s_floor(float z, float s) {
   return z >= ZG_S_UNDERFLOW_Z ? fmaxf(s, 0x1p-149f) : s; /* NaN z: unchanged */
 }
-
-/* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
-enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_MIXED = 3 };
 
 /* e + elo = exp(x) for x <= 0 (or NaN): simd_exp.h steps 1-5. */
 __device__ __forceinline__ float exp_neg(float x, float &elo) {
@@ -93,184 +79,78 @@ __device__ __forceinline__ float exp_neg(float x, float &elo) {
   return __fmul_rn(__fmul_rn(p, sc1), sc2);
 }
 
-/* s = sigmoid(z) and oms = 1 - s, each within about half an ulp, without cancellation. */
+/* The recipes. Each gives r = 1/(1+e) and er = e*r for e = exp(-|z|), and
+ * dz = (dout*o) * h with h = s*(1 + z*oms) from s and oms = 1 - s. */
+struct Accurate {
+  /* r and er each within about half an ulp, without cancellation. */
+  __device__ static __forceinline__ void sigmoid_parts(float z, float &r_out, float &er_out) {
+    float elo;
+    float e = exp_neg(-fabsf(z), elo);
+    float d = __fadd_rn(1.0f, e);
+    float dlo = __fadd_rn(__fsub_rn(e, __fsub_rn(d, 1.0f)), elo); /* 1 + E = d + dlo */
+    float r = __frcp_rn(d);
+    float res = fmaf(-r, dlo, fmaf(-r, d, 1.0f)); /* 1 - r*(d + dlo) */
+    float er = __fmul_rn(e, r);
+    float erlo = fmaf(elo, r, fmaf(e, r, -er)); /* E*r - er */
+    r_out = fmaf(r, res, r);
+    er_out = __fadd_rn(er, fmaf(er, res, erlo));
+  }
+  /* h = s + (s*z)*oms rounded once; dout*o's rounding error kept through an fma. */
+  __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
+    float h = fmaf(__fmul_rn(s, z), oms, s);
+    float a = __fmul_rn(dout, o);
+    float alo = fmaf(dout, o, -a);
+    float fused = fmaf(a, h, __fmul_rn(alo, h));
+    return isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
+  }
+};
+
+struct Fast { /* gate_math.h's formula as written, CUDA's expf */
+  __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
+    float e = expf(-fabsf(z));
+    r = __frcp_rn(__fadd_rn(1.0f, e));
+    er = __fmul_rn(e, r);
+  }
+  __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
+    return __fmul_rn(__fmul_rn(dout, o), __fmul_rn(s, fmaf(z, oms, 1.0f)));
+  }
+};
+
+/* s = sigmoid(z) and oms = 1 - s by recipe R. */
+template <class R>
 __device__ __forceinline__ void sigmoid_pair(float z, float &s, float &oms) {
-  float elo;
-  float e = exp_neg(-fabsf(z), elo);
-  float d = __fadd_rn(1.0f, e);
-  float dlo = __fadd_rn(__fsub_rn(e, __fsub_rn(d, 1.0f)), elo); /* 1 + E = d + dlo */
-  float r = __frcp_rn(d);
-  float res = fmaf(-r, dlo, fmaf(-r, d, 1.0f)); /* 1 - r*(d + dlo) */
-  float er = __fmul_rn(e, r);
-  float erlo = fmaf(elo, r, fmaf(e, r, -er)); /* E*r - er */
-  float r_c = fmaf(r, res, r);
-  float er_c = __fadd_rn(er, fmaf(er, res, erlo));
-  bool pos = z >= 0.0f;
-  s = s_floor(z, pos ? r_c : er_c);
-  oms = pos ? er_c : r_c;
-}
-
-__device__ __forceinline__ void gate_bwd(float dout, float z, float o, float &dz, float &dos) {
-  float s, oms;
-  sigmoid_pair(z, s, oms);
-  /* h = s*(1 + z*oms) = s + (s*z)*oms, rounded once */
-  float h = fmaf(__fmul_rn(s, z), oms, s);
-  float a = __fmul_rn(dout, o);
-  float alo = fmaf(dout, o, -a);
-  float fused = fmaf(a, h, __fmul_rn(alo, h));
-  dz = isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
-  dos = __fmul_rn(dout, __fmul_rn(z, s));
-}
-
-__device__ __forceinline__ float gate_fwd(float o, float z) {
-  float s, oms;
-  sigmoid_pair(z, s, oms);
-  return __fmul_rn(o, __fmul_rn(z, s));
-}
-
-/* Fast path (16-bit outputs): gate_math.h's formula as written, CUDA's expf. */
-__device__ __forceinline__ void sigmoid_pair_fast(float z, float &s, float &oms) {
-  float e = expf(-fabsf(z));
-  float r = __frcp_rn(__fadd_rn(1.0f, e));
-  float er = __fmul_rn(e, r);
+  float r, er;
+  R::sigmoid_parts(z, r, er);
   bool pos = z >= 0.0f;
   s = s_floor(z, pos ? r : er);
   oms = pos ? er : r;
 }
 
-__device__ __forceinline__ void gate_bwd_fast(float dout, float z, float o, float &dz, float &dos) {
-  float s, oms;
-  sigmoid_pair_fast(z, s, oms);
-  dz = __fmul_rn(__fmul_rn(dout, o), __fmul_rn(s, fmaf(z, oms, 1.0f)));
-  dos = __fmul_rn(dout, __fmul_rn(z, s));
-}
-
-__device__ __forceinline__ float gate_fwd_fast(float o, float z) {
-  float s, oms;
-  sigmoid_pair_fast(z, s, oms);
-  return __fmul_rn(o, __fmul_rn(z, s));
-}
-
-__device__ __forceinline__ float bits_to_f32(uint16_t h, int dt) {
-  if (dt == DT_BF16) return __uint_as_float((uint32_t)h << 16);
-  return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ uint16_t f32_to_bits(float f, int dt) {
-  if (dt == DT_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-/* ---- V consecutive elements at p (aligned to min(V * size, 16) bytes) ------------------- */
-
-template <class T>
-__device__ __forceinline__ T ld(const T *p) {
-  if constexpr (ZG_CUDA_STREAMING) return __ldcs(p);
-  /* In place (dout_scaled is dout) the non-coherent path is still safe: a thread reads each
-   * element before it writes it, and no thread reads an element another one writes. */
-  if constexpr (ZG_CUDA_LDG) return __ldg(p);
-  return *p;
-}
-template <class T>
-__device__ __forceinline__ void st(T *p, T v) {
-  if constexpr (ZG_CUDA_STREAMING) __stcs(p, v);
-  else *p = v;
-}
-
-/* Two 16-bit values (low half first) to floats, and back with one packed conversion. */
-__device__ __forceinline__ float2 unpack2(uint32_t w, int dt) {
-  if (dt == DT_BF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-  __half2 h = *reinterpret_cast<__half2 *>(&w);
-  return __half22float2(h);
-}
-__device__ __forceinline__ uint32_t pack2(float a, float b, int dt) {
-  if (dt == DT_BF16) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t *>(&h);
+/* The operators, each the template parameter of the kernel body (cuda_kernel.cuh): its
+ * input and output counts, in the order of zg_problem's operands (zgate_internal.h), and
+ * apply<R>, one element's outputs from its inputs by recipe R. */
+struct GateBwd { /* dout, z, o -> dz, dout_scaled */
+  static constexpr int kIn = 3, kOut = 2;
+  template <class R>
+  __device__ static __forceinline__ void apply(const float (&x)[kIn], float (&y)[kOut]) {
+    const float dout = x[0], z = x[1], o = x[2];
+    float s, oms;
+    sigmoid_pair<R>(z, s, oms);
+    y[0] = R::dz(dout, z, o, s, oms);
+    y[1] = __fmul_rn(dout, __fmul_rn(z, s));
   }
-  __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<uint32_t *>(&h);
-}
+};
 
-/* V 16-bit values at p as V / 2 packed words (V = 2, 4, 8), unconverted. */
-template <int V>
-__device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[V / 2]) {
-  if constexpr (V == 8) {
-    uint4 q = ld(reinterpret_cast<const uint4 *>(p));
-    w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
-  } else if constexpr (V == 4) {
-    uint2 q = ld(reinterpret_cast<const uint2 *>(p));
-    w[0] = q.x; w[1] = q.y;
-  } else {
-    w[0] = ld(reinterpret_cast<const uint32_t *>(p));
+struct GateFwd { /* o, z -> out */
+  static constexpr int kIn = 2, kOut = 1;
+  template <class R>
+  __device__ static __forceinline__ void apply(const float (&x)[kIn], float (&y)[kOut]) {
+    const float o = x[0], z = x[1];
+    float s, oms;
+    sigmoid_pair<R>(z, s, oms);
+    y[0] = __fmul_rn(o, __fmul_rn(z, s));
   }
-}
-template <int V>
-__device__ __forceinline__ void store_words(char *p, const uint32_t (&w)[V / 2]) {
-  if constexpr (V == 8)
-    st(reinterpret_cast<uint4 *>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  else if constexpr (V == 4)
-    st(reinterpret_cast<uint2 *>(p), make_uint2(w[0], w[1]));
-  else
-    st(reinterpret_cast<uint32_t *>(p), w[0]);
-}
-
-template <int V>
-__device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
-  if (dt == DT_F32) {
-    const float *f = reinterpret_cast<const float *>(p);
-    if constexpr (V == 8) {
-      float4 a = ld(reinterpret_cast<const float4 *>(f)), b = ld(reinterpret_cast<const float4 *>(f) + 1);
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else if constexpr (V == 4) {
-      float4 a = ld(reinterpret_cast<const float4 *>(f));
-      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    } else if constexpr (V == 2) {
-      float2 a = ld(reinterpret_cast<const float2 *>(f));
-      v[0] = a.x; v[1] = a.y;
-    } else {
-      v[0] = ld(f);
-    }
-  } else if constexpr (V == 1) {
-    v[0] = bits_to_f32(ld(reinterpret_cast<const unsigned short *>(p)), dt);
-  } else {
-    uint32_t w[V / 2];
-    load_words<V>(p, w);
-#pragma unroll
-    for (int k = 0; k < V / 2; k++) {
-      float2 f = unpack2(w[k], dt);
-      v[2 * k] = f.x;
-      v[2 * k + 1] = f.y;
-    }
-  }
-}
-
-template <int V>
-__device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) {
-  if (dt == DT_F32) {
-    float *f = reinterpret_cast<float *>(p);
-    if constexpr (V == 8) {
-      st(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
-      st(reinterpret_cast<float4 *>(f) + 1, make_float4(v[4], v[5], v[6], v[7]));
-    } else if constexpr (V == 4) {
-      st(reinterpret_cast<float4 *>(f), make_float4(v[0], v[1], v[2], v[3]));
-    } else if constexpr (V == 2) {
-      st(reinterpret_cast<float2 *>(f), make_float2(v[0], v[1]));
-    } else {
-      st(f, v[0]);
-    }
-  } else {
-    if constexpr (V == 1) {
-      st(reinterpret_cast<unsigned short *>(p), (unsigned short)f32_to_bits(v[0], dt));
-    } else {
-      uint32_t w[V / 2];
-#pragma unroll
-      for (int k = 0; k < V / 2; k++)
-        w[k] = pack2(v[2 * k], v[2 * k + 1], dt);
-      store_words<V>(p, w);
-    }
-  }
-}
+};
 
 }  // namespace zgcu
 

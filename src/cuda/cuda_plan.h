@@ -34,7 +34,10 @@ static inline uint32_t fastdiv_host(uint32_t x, FastDiv f) {
 
 enum { MAX_T = 5 };
 
-/* Index math of a launch (cuda_backend.cu's locate): FLAT, one row, item i at element i*V of
+/* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_MIXED = 3 };
+
+/* Index math of a launch (cuda_kernel.cuh's locate): FLAT, one row, item i at element i*V of
  * every tensor; ROWS, rows along the third collapsed dimension only and fewer than 2^32 items,
  * one 32-bit division; ANY, everything else. */
 enum { L_FLAT = 0, L_ROWS = 1, L_ANY = 2 };

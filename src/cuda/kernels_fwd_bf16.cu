@@ -1,6 +1,4 @@
 /* Kernels of the forward gate, bfloat16: one module of its own (cuda_kernels.h). */
 #include "cuda_kernel.cuh"
 
-#if !ZG_CUDA_UNITY || defined(ZG_CUDA_UNITY_INCLUDE)
-ZG_CUDA_DEFINE_TABLE(kernels_fwd_bf16, ZG_OP_FWD, DT_BF16)
-#endif
+ZG_CUDA_DEFINE_TABLE(kernels_fwd_bf16, GateFwd, DT_BF16)

@@ -2,6 +2,4 @@
  * its own (cuda_kernels.h). */
 #include "cuda_kernel.cuh"
 
-#if !ZG_CUDA_UNITY || defined(ZG_CUDA_UNITY_INCLUDE)
-ZG_CUDA_DEFINE_TABLE(kernels_fwd_mixed, ZG_OP_FWD, DT_MIXED)
-#endif
+ZG_CUDA_DEFINE_TABLE(kernels_fwd_mixed, GateFwd, DT_MIXED)
