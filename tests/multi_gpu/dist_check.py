@@ -1,7 +1,10 @@
 """zgate under torch.distributed: one process per GPU, each rank computes the gate's backward
 on its own shard and checks it against float64; the ranks then agree on the verdict through
 an NCCL all-reduce. Also, in each rank: tensors on another GPU than the current one (when
-there are two or more), a non-default stream, and two host threads calling at once.
+there are two or more), a non-default stream, two host threads calling at once, and DTensors
+on a mesh of all ranks (Shard on the heads and on the sequence dim, Replicate): no
+communication inside zgate's ops, each placement kept, results equal bit for bit to the
+undistributed call.
 
     torchrun --nproc_per_node=NGPU tests/multi_gpu/dist_check.py
 
@@ -53,6 +56,37 @@ def inputs(device, seed):
     return mk(), mk() * 4, mk()
 
 
+def dtensor_check(rank, world, device, log):
+    """device: "cuda:N" under NCCL ("cpu" for a dry run under gloo)."""
+    import zgate.torch as zt
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh(device.split(":")[0], (world,))
+    full = inputs(device, 4000)                     # the same on every rank
+    want = zgate.bwd(*full)
+    want_out = zgate.fwd(full[2], full[1])
+    ok = True
+    for placements in ([Shard(2)], [Shard(1)], [Replicate()]):   # heads, sequence
+        dout, z, o = (distribute_tensor(t, mesh, placements) for t in full)
+        comm = CommDebugMode()
+        with comm:
+            dz, dos = zgate.bwd(dout, z, o)
+            out = zgate.fwd(o, z)
+            cz, cs = zt.compute_dzdo(dout, z, o)
+        good = comm.get_total_counts() == 0
+        for r in (dz, dos, out, cz, cs):
+            good &= isinstance(r, DTensor) and r.placements == tuple(placements)
+        for got, w in ((dz, want[0]), (dos, want[1]), (out, want_out), (cz, want[0]), (cs, want[1])):
+            good &= bool(torch.equal(got.full_tensor(), w))
+        log.append("rank %d DTensor %s on %s: %d collectives in zgate's ops, %s"
+                   % (rank, placements[0], dist.get_backend(), comm.get_total_counts(),
+                      "ok" if good else "FAIL"))
+        ok &= good
+    return ok
+
+
 def main():
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -101,6 +135,10 @@ def main():
     [t.join() for t in ts]
     for i, r in enumerate(results):
         ok &= r is not None and check(*r, "rank %d host thread %d" % (rank, i), log)
+
+    # 4. DTensors on a mesh of every rank's GPU: each placement kept, no communication inside
+    #    zgate's ops, results equal bit for bit to the undistributed call
+    ok &= dtensor_check(rank, world, "cuda:%d" % dev, log)
 
     verdict = torch.tensor([0 if ok else 1], device="cuda:%d" % dev)
     dist.all_reduce(verdict)

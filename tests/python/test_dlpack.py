@@ -131,3 +131,51 @@ def test_hand_made_versioned_capsules(rng):
     v2 = _VersionedProducer(z, major=2)
     e = expect_error(None, zgate.fwd, o, v2)
     assert "version 2.0" in e.message and v2.deleted == 0
+
+
+def _gpu_arrays(framework, host):
+    """host arrays on the first GPU of CuPy or JAX; skips where that is not possible."""
+    if not zgate.info()["cuda_built"]:
+        pytest.skip("libzgate was built without CUDA")
+    if framework == "cupy":
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                raise RuntimeError
+        except Exception:
+            pytest.skip("no CUDA device visible to CuPy")
+        return [cupy.asarray(a) for a in host], cupy.asnumpy
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    try:
+        dev = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("no GPU visible to JAX")
+    return [jax.device_put(a, dev) for a in host], np.asarray
+
+
+@pytest.mark.parametrize("framework", ["cupy", "jax"])
+def test_gpu_producers_give_versioned_capsules(rng, framework, monkeypatch):
+    """On the GPU: a CuPy or JAX array exported through DLPack comes as a 1.x capsule, asked
+    for on its own CUDA device with zgate's stream, and is read right; JAX's own path (which
+    is DLPack) takes versioned capsules too."""
+    from zgate._adapters import dlpack as dl_adapter
+    host = inputs(rng, (2, 9, 3, 80), F32)
+    (dout, z, o), to_host = _gpu_arrays(framework, host)
+    names = []
+    capsule = dl_adapter._capsule
+
+    def recording(x, device, dlstream):
+        cap = capsule(x, device, dlstream)
+        names.append(_get_name(cap))
+        return cap
+
+    monkeypatch.setattr(dl_adapter, "_capsule", recording)
+    pz = _Forwarding(z)
+    dz, dos = zgate.bwd(dout, pz, o)
+    assert pz.names == [b"dltensor_versioned"], pz.names
+    kw = pz.kwargs[0]
+    assert kw["max_version"] == (1, 0) and kw["copy"] is False
+    assert tuple(kw["dl_device"]) == (2, 0) and "stream" in kw     # kDLCUDA, device 0
+    check_bwd(*host, to_host(dz), to_host(dos))
+    if framework == "jax":    # every JAX array went through a capsule: all versioned
+        assert len(names) == 3 and set(names) == {b"dltensor_versioned"}, names
