@@ -1,7 +1,7 @@
 """Per-call cost of zgate from Python at a tiny shape, where the call is all there is.
 
     python3 -m zgate._overhead [--device cuda] [--shape 1,128,8,64] [--dtype bfloat16]
-                               [--orig PATH] [--calls 2000] [--repeats 7]
+                               [--orig PATH] [--calls 2000] [--repeats 7] [--breakdown]
 
 For each implementation, `calls` back-to-back calls are timed twice in one run:
   host us/call  time until the last call has *returned* (what Python pays; the GPU may
@@ -14,6 +14,14 @@ zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode), tor
 the formula, PyTorch eager, and the original Triton compute_dzdo when --orig (or env
 ZGATE_ORIG_MAMBA3) names the folder holding mamba3_siso_bwd.py (imported under a
 temporary mamba_ssm package; nothing of it is kept).
+
+--breakdown adds a second table: the host time of zgate.bwd's fast path taken apart, on the
+same tensors in the same run. Each part is done alone `calls` times in a loop (a Python
+function doing only that part), the loop and call of an empty function subtracted; the parts
+are timed in turns within each repeat, and each figure is the median of `repeats`. The rest
+(the whole minus the parts) is the glue: function calls, locals, branches. On CPU tensors
+the library call does real work (use a tiny shape, e.g. 1,1,1,8); the Python parts are the
+same as on CUDA.
 """
 import argparse
 import importlib
@@ -60,6 +68,198 @@ def _time(fn, sync, calls, repeats):
     return statistics.median(host), statistics.median(wall)
 
 
+def _time_parts(parts, sync, calls, repeats):
+    """{name: (host, wall)} in us per call, medians over `repeats`, net of the loop and call
+    of an empty function (reported under None). The parts are timed in turns in each repeat,
+    so that a change in the host's speed during the run touches them all alike."""
+    def empty():
+        pass
+    parts = [(None, empty)] + list(parts)
+    for _, fn in parts:
+        for _ in range(20):
+            fn()
+    sync()
+    host = {n: [] for n, _ in parts}
+    wall = {n: [] for n, _ in parts}
+    loop = range(calls)
+    for _ in range(repeats):
+        for n, fn in parts:
+            sync()
+            t0 = time.perf_counter()
+            for _ in loop:
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            host[n].append((t1 - t0) / calls * 1e6)
+            wall[n].append((t2 - t0) / calls * 1e6)
+    h0, w0 = statistics.median(host[None]), statistics.median(wall[None])
+    out = {n: (statistics.median(host[n]) - h0, statistics.median(wall[n]) - w0)
+           for n, _ in parts if n is not None}
+    out[None] = (h0, w0)
+    return out
+
+
+def _parts(dout, z, o):
+    """The fast path of zgate.bwd(dout, z, o) (zgate._adapters.torch.bwd_fast) in parts, each
+    a function doing that part alone on these tensors: [(name, fn, summed)]; the parts not
+    summed are alternatives or parts of a part, for comparison. Then the whole."""
+    import torch
+    import zgate
+    from zgate import _adapters, _args, _lib
+    from zgate._adapters import torch as ad
+
+    zgate.bwd(dout, z, o)   # loads the library and the adapter: the fast path is bound
+    if _adapters._fast_bwd.get(torch.Tensor) is not ad.bwd_fast:
+        raise RuntimeError("zgate.bwd's fast path is not bound for torch.Tensor")
+    cuda = dout.is_cuda
+    idx = dout.get_device()
+    words, wget = ad._words, ad._words.get
+    rs, ea, cf, isc = ad._raw_stream, ad._empty_like, ad._contiguous, ad._is_compiling
+    dtype, device, size = dout.dtype, dout.device, tuple(dout.shape)
+    tls = _args.tls
+    b = _args.block()
+    s0, t0, s1, t1, s2, t2, f0 = b.fast
+    buf, pack = b.buf, _args.FRESH_BWD.pack_into
+    dz, dos = ea(dout, memory_format=cf), ea(dout, memory_format=cf)
+    stream = rs(idx) if cuda else 0
+    dd = 2 | idx << 32 if cuda else _args.CPU_WORD
+    dz_ = 2 | z.get_device() << 32 if z.is_cuda else _args.CPU_WORD
+    do_ = 2 | o.get_device() << 32 if o.is_cuda else _args.CPU_WORD
+    wd, wz, wo = words[dout.dtype], words[z.dtype], words[o.dtype]
+    p0, p1, p2, p3, p4 = (t.data_ptr() for t in (dout, z, o, dz, dos))
+    sd, sz, so = dout.shape, z.shape, o.shape
+    td, tz, to = dout.stride(), z.stride(), o.stride()
+    opt = _args.OPTIONS_SIZE
+    c_bwd, args = ad._c_bwd, b.bwd_args
+    trivial = _lib.raw("zgate_cuda_built")
+    lib = _lib.load()
+    at = b.t + (b.opts,)
+
+    def f_dtype():
+        return wget(dout.dtype), wget(z.dtype), wget(o.dtype), type(dout), type(z), type(o)
+
+    def f_shape():
+        return len(dout.shape), z.shape, o.shape
+
+    def f_stride():
+        return dout.stride(), z.stride(), o.stride()
+
+    def f_data_ptr():
+        return dout.data_ptr(), z.data_ptr(), o.data_ptr(), dz.data_ptr(), dos.data_ptr()
+
+    if cuda:
+        def f_device():
+            return (dout.is_cuda, dout.get_device(), z.is_cuda, z.get_device(), o.is_cuda,
+                    o.get_device())
+    else:
+        def f_device():
+            return dout.is_cuda, dout.is_cpu, z.is_cuda, z.is_cpu, o.is_cuda, o.is_cpu
+
+    def f_block():
+        s0, t0, s1, t1, s2, t2, f0 = tls.block.fast
+        return s0
+
+    def f_alloc():
+        return ea(dout, memory_format=cf), ea(dout, memory_format=cf)
+
+    def f_empty():
+        return (torch.empty(size, dtype=dtype, device=device),
+                torch.empty(size, dtype=dtype, device=device))
+
+    def f_empty_like():
+        return ea(dout), ea(dout)
+
+    def f_pack():
+        pack(buf, 0, p0, dd, wd, s0, t0, p1, dz_, wz, s1, t1, p2, do_, wo, s2, t2,
+             p3, dd, wd, f0, p4, dd, wd, f0, *sd, *sz, *so, *td, *tz, *to, opt, 0, stream)
+
+    def f_library():
+        return c_bwd(*args)
+
+    def f_argtypes():
+        return lib.zgate_bwd(*at)
+
+    parts = [
+        ("torch.compiler.is_compiling() (a traced call goes through the ops)", isc, True),
+        ("dtype x3 and its header word (a dict), type() x3", f_dtype, True),
+        ("device x3 (%s)" % ("is_cuda, get_device()" if cuda else "is_cuda, is_cpu"),
+         f_device, True),
+    ]
+    if cuda:
+        parts.append(("current raw stream (torch._C._cuda_getCurrentRawStream)",
+                      lambda: rs(idx), True))
+    parts += [
+        ("shape x3 (and len)", f_shape, True),
+        ("stride() x3", f_stride, True),
+        ("data_ptr() x5 (3 inputs, 2 outputs)", f_data_ptr, True),
+        ("the thread's block and its addresses", f_block, True),
+        ("2 outputs: torch.empty_like(dout, memory_format=torch.contiguous_format) x2",
+         f_alloc, True),
+        ("  instead: torch.empty(size, dtype=, device=) x2 (cached args)", f_empty, False),
+        ("  instead: torch.empty_like(dout) x2 (strides of dout where dense)", f_empty_like,
+         False),
+        ("pack of 50 values into the block (struct.pack_into, values read)", f_pack, True),
+        ("library: zgate_bwd on the packed block (validation%s)"
+         % (", cudaLaunchKernel" if cuda else ", the CPU work"), f_library, True),
+        ("  of which the foreign call: zgate_cuda_built() (no arguments)", trivial, False),
+        ("  instead: zgate_bwd bound with argtypes, 6 ints converted", f_argtypes, False),
+    ]
+    return parts
+
+
+def breakdown(dout, z, o, sync, calls, repeats):
+    """Prints the table of the fast path's parts (see the module's docstring)."""
+    import torch
+    import zgate
+    from zgate import _adapters
+    from zgate._adapters import torch as ad
+
+    parts = _parts(dout, z, o)
+    res = (torch.empty_like(dout), torch.empty_like(dout))
+    stub = lambda d, z, o, dz, ds, i, n: res  # noqa: E731
+    whole = [
+        ("zgate.bwd(dout, z, o): the whole", lambda: zgate.bwd(dout, z, o)),
+        ("zgate.bwd's entry and routing (the fast path replaced by a stub)",
+         lambda: zgate.bwd(dout, z, o)),
+        ("torch.ops.zgate.bwd(dout, z, o) (custom op, eager)",
+         lambda: torch.ops.zgate.bwd(dout, z, o)),
+        ("the fast path called alone (zgate._adapters.torch.bwd_fast)",
+         lambda: ad.bwd_fast(dout, z, o, None, None, False, 0)),
+    ]
+    # the routing alone: time it with the fast path replaced by the stub, in its own turn
+    timed = _time_parts([(n, f) for n, f, _ in parts] + [whole[0], whole[2], whole[3]],
+                        sync, calls, repeats)
+    fast = _adapters._fast_bwd[torch.Tensor]
+    _adapters._fast_bwd[torch.Tensor] = stub
+    try:
+        timed.update((k, v) for k, v in _time_parts([whole[1]], sync, calls, repeats).items()
+                     if k is not None)
+    finally:
+        _adapters._fast_bwd[torch.Tensor] = fast
+    loop = timed[None][0]
+    print("Host time of zgate.bwd's fast path, in parts (each done alone %d times, net of an "
+          "empty loop of %.3f us a turn; median of %d)" % (calls, loop, repeats))
+    print("| part | host us/call | wall us/call | in the sum |")
+    print("|---|---|---|---|")
+    total = 0.0
+    rows = [(whole[1][0], True)] + [(n, summed) for n, _, summed in parts]
+    for n, summed in rows:
+        h, w = timed[n]
+        total += h if summed else 0.0
+        print("| %s | %.3f | %.3f | %s |" % (n, h, w, "yes" if summed else ""))
+    h_all = timed[whole[0][0]][0]
+    print("| **sum of the parts** | **%.3f** | | |" % total)
+    print("| %s | %.3f | %.3f | |" % (whole[0][0], h_all, timed[whole[0][0]][1]))
+    print("| rest: the whole minus the parts (glue: calls, branches, locals, argument "
+          "tuples) | %.3f | | |" % (h_all - total))
+    h_op, h_fast = timed[whole[2][0]][0], timed[whole[3][0]][0]
+    print("| %s | %.3f | %.3f | |" % (whole[2][0], h_op, timed[whole[2][0]][1]))
+    print("| %s | %.3f | %.3f | |" % (whole[3][0], h_fast, timed[whole[3][0]][1]))
+    print("| custom-op dispatch: torch.ops.zgate.bwd minus the fast path alone | %.3f | | |"
+          % (h_op - h_fast))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -68,6 +268,10 @@ def main(argv=None):
     ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"))
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also take zgate.bwd's fast path apart (a second table)")
+    ap.add_argument("--only-breakdown", action="store_true",
+                    help="the breakdown table alone")
     a = ap.parse_args(argv)
 
     import torch
@@ -102,6 +306,9 @@ def main(argv=None):
         torch.__version__, dev,
         " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
         shape, a.dtype, a.calls, a.repeats))
+    if a.only_breakdown:
+        breakdown(dout, z, o, sync, a.calls, a.repeats)
+        return
     print("| implementation | host us/call | wall us/call |")
     print("|---|---|---|")
     for name, fn in impls:
@@ -110,6 +317,10 @@ def main(argv=None):
         sync()
         host, wall = _time(fn, sync, a.calls, a.repeats)
         print("| %s | %.2f | %.2f |" % (name, host, wall))
+    sys.stdout.flush()
+    if a.breakdown:
+        print()
+        breakdown(dout, z, o, sync, a.calls, a.repeats)
 
 
 if __name__ == "__main__":
