@@ -161,6 +161,10 @@ def _parts(dout, z, o):
         return s0
 
     def f_alloc():
+        dz = ea(dout, memory_format=cf)
+        return dz, ea(dz)
+
+    def f_alloc_cf():
         return ea(dout, memory_format=cf), ea(dout, memory_format=cf)
 
     def f_empty():
@@ -194,8 +198,10 @@ def _parts(dout, z, o):
         ("stride() x3", f_stride, True),
         ("data_ptr() x5 (3 inputs, 2 outputs)", f_data_ptr, True),
         ("the thread's block and its addresses", f_block, True),
-        ("2 outputs: torch.empty_like(dout, memory_format=torch.contiguous_format) x2",
-         f_alloc, True),
+        ("2 outputs: dz = torch.empty_like(dout, memory_format=torch.contiguous_format), "
+         "torch.empty_like(dz)", f_alloc, True),
+        ("  instead: torch.empty_like(dout, memory_format=torch.contiguous_format) x2",
+         f_alloc_cf, False),
         ("  instead: torch.empty(size, dtype=, device=) x2 (cached args)", f_empty, False),
         ("  instead: torch.empty_like(dout) x2 (strides of dout where dense)", f_empty_like,
          False),

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import zgate  # noqa: E402
+import zgate.torch  # noqa: E402,F401  (torch.ops.zgate)
 from zgate import _adapters, _args, _call, _overhead  # noqa: E402
 from zgate._adapters import torch as ad  # noqa: E402
 from tt_util import np_of, tinputs  # noqa: E402
@@ -139,3 +140,27 @@ def test_breakdown_runs_and_names_every_part(capsys):
         assert n in text, n
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) >= len(names) + 7
+
+
+def test_new_outputs_are_compact_whatever_douts_strides(rng):
+    """A dout that is contiguous with an odd stride on a size-1 dimension, or permuted: the
+    new outputs have the compact strides of its shape all the same."""
+    _bound()
+    shape = (1, 4, 2, 8)
+    d, z, o = tinputs(rng, shape, torch.bfloat16)
+    odd = torch.empty_strided(shape, (999, 16, 8, 1), dtype=torch.bfloat16)
+    odd.copy_(d)
+    perm = d.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+    assert odd.is_contiguous() and not perm.is_contiguous()
+    compact = torch.empty(shape).stride()
+    r = ref_bwd(*(np_of(t) for t in (d, z, o)))
+    for dout in (odd, perm):
+        taken = ad.bwd_fast(dout, z, o, None, None, False, 0)
+        assert taken is not None
+        for got in (taken, zgate.bwd(dout, z, o), torch.ops.zgate.bwd(dout, z, o)):
+            dz, dos = got
+            assert dz.stride() == dos.stride() == compact
+            assert dz.dtype == dos.dtype == torch.bfloat16 and not dos.requires_grad
+            assert dz.data_ptr() != dos.data_ptr()
+            check("dz", np_of(dz), r[0], r[2], r[4])
+            check("dout_scaled", np_of(dos), r[1], r[3], r[5])

@@ -94,7 +94,8 @@ def bwd_fast(dout, z, o, dz, dout_scaled, inplace, num_threads):
     given or in place; another dtype, rank, type, device or layout; num_threads not an int
     or beyond a C int), which the general path then takes (and names any problem).
 
-    Per call: the tensors' metadata read once each, two allocations, one pack of 50 values
+    Per call: the tensors' metadata read once each, two allocations (the second like the
+    first, which is compact: no memory_format to parse), one pack of 50 values
     into the thread's block (zgate._args.FRESH_BWD: the fields that are always zero are
     padding), one ctypes call with the block's ready pointers (no argument conversion)."""
     if (_is_compiling()   # traced: through zgate.torch's ops (nothing else touched first)
@@ -127,7 +128,7 @@ def bwd_fast(dout, z, o, dz, dout_scaled, inplace, num_threads):
     s0, t0, s1, t1, s2, t2, f0 = b.fast
     try:   # a sparse tensor fails here, a num_threads beyond a C int in the pack
         dz = _empty_like(dout, memory_format=_contiguous)
-        dos = _empty_like(dout, memory_format=_contiguous)
+        dos = _empty_like(dz)   # dz's compact strides preserved: no keyword to parse
         _FRESH_BWD.pack_into(
             b.buf, 0,
             dout.data_ptr(), dd, wd, s0, t0,
