@@ -14,10 +14,13 @@ import zgate  # noqa: E402
 import zgate.torch  # noqa: E402,F401  (torch.ops.zgate)
 from zgate import _adapters, _args, _call, _overhead  # noqa: E402
 from zgate._adapters import torch as ad  # noqa: E402
-from tt_util import np_of, tinputs  # noqa: E402
+from tt_util import cuda_ready, np_of, tinputs  # noqa: E402
 from zg_oracle import check, ref_bwd, ref_fwd  # noqa: E402
 
 SHAPE = (2, 5, 3, 8)
+CUDA_OK, CUDA_WHY = cuda_ready()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA_OK,
+                                                                reason=CUDA_WHY or "CUDA"))]
 
 
 def _bound():
@@ -26,34 +29,47 @@ def _bound():
     assert _adapters._fast_fwd.get(torch.Tensor) is ad.fwd_fast
 
 
-def _mixed_inputs(rng):
+def _mixed_inputs(rng, device="cpu"):
     """dout bfloat16 compact, z float16 a strided view (no copy), o float32 permuted."""
-    dout, z, o = tinputs(rng, SHAPE, torch.float32)
+    dout, z, o = tinputs(rng, SHAPE, torch.float32, device)
     wide = torch.cat([z, z], dim=3).to(torch.float16)
     return (dout.to(torch.bfloat16), wide[..., :SHAPE[3]],
             o.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_threads", [0, 3])
-def test_fast_block_is_the_general_layout(rng, num_threads):
+def test_fast_block_is_the_general_layout(rng, num_threads, device):
     """The padded layouts (FRESH_BWD / FRESH_FWD) write the same bytes as the general
-    layouts with the zero fields given as values."""
+    layouts with the zero fields given as values (on CUDA: the current stream too)."""
     _bound()
-    dout, z, o = _mixed_inputs(rng)
+    dout, z, o = _mixed_inputs(rng, device)
     b = _args.block()
+    if device == "cuda":   # on a stream of its own, so that a stream of 0 would not pass
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            assert side.cuda_stream
+            _check_blocks(b, dout, z, o, num_threads, side.cuda_stream)
+        side.synchronize()
+    else:
+        _check_blocks(b, dout, z, o, num_threads, 0)
+
+
+def _check_blocks(b, dout, z, o, num_threads, stream):
     for n in range(2):   # the first pass also leaves the block dirty for the second
         dz, dos = ad.bwd_fast(dout, z, o, None, None, False, num_threads)
         fast = bytes(b.buf)
         b.buf.raw = b"\xa5" * _args.BLOCK_BYTES
         descs = [ad.describe(t, n, False, 1, []) for t, n in
                  ((dout, "dout"), (z, "z"), (o, "o"), (dz, "dz"), (dos, "dout_scaled"))]
-        _args.pack(b, descs, 2, num_threads, 0)
+        _args.pack(b, descs, 2, num_threads, stream)
         assert bytes(b.buf) == fast
         out = ad.fwd_fast(o, z, None, num_threads)
         fast = bytes(b.buf)
         b.buf.raw = b"\x5a" * _args.BLOCK_BYTES
         descs = [ad.describe(t, n, False, 1, []) for t, n in ((o, "o"), (z, "z"), (out, "out"))]
-        _args.pack(b, descs, 1, num_threads, 0)
+        _args.pack(b, descs, 1, num_threads, stream)
         assert bytes(b.buf) == fast
     r = ref_bwd(*(np_of(t) for t in (dout, z, o)))
     check("dz", np_of(dz), r[0], r[2], r[4])
