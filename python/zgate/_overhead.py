@@ -18,8 +18,10 @@ temporary mamba_ssm package; nothing of it is kept).
 --breakdown adds a second table: the host time of zgate.bwd's fast path taken apart, on the
 same tensors in the same run. Each part is done alone `calls` times in a loop (a Python
 function doing only that part), the loop and call of an empty function subtracted; the parts
-are timed in turns within each repeat, and each figure is the median of `repeats`. The rest
-(the whole minus the parts) is the glue: function calls, locals, branches. On CPU tensors
+are timed in turns within each repeat, and each figure is the median of `repeats` (and the
+minimum, the figure to read on a loaded host, where a longer turn is likelier to be
+preempted). The rest (the whole minus the parts) is the glue: function calls, locals,
+branches. On CPU tensors
 the library call does real work (use a tiny shape, e.g. 1,1,1,8); the Python parts are the
 same as on CUDA.
 """
@@ -69,9 +71,10 @@ def _time(fn, sync, calls, repeats):
 
 
 def _time_parts(parts, sync, calls, repeats):
-    """{name: (host, wall)} in us per call, medians over `repeats`, net of the loop and call
-    of an empty function (reported under None). The parts are timed in turns in each repeat,
-    so that a change in the host's speed during the run touches them all alike."""
+    """{name: (host median, host min, wall median)} in us per call over `repeats`, net of the
+    loop and call of an empty function (reported under None). The parts are timed in turns in
+    each repeat, so that a change in the host's speed during the run touches them all alike.
+    The minimum is for a loaded host, where a longer turn is likelier to be preempted."""
     def empty():
         pass
     parts = [(None, empty)] + list(parts)
@@ -93,10 +96,11 @@ def _time_parts(parts, sync, calls, repeats):
             t2 = time.perf_counter()
             host[n].append((t1 - t0) / calls * 1e6)
             wall[n].append((t2 - t0) / calls * 1e6)
-    h0, w0 = statistics.median(host[None]), statistics.median(wall[None])
-    out = {n: (statistics.median(host[n]) - h0, statistics.median(wall[n]) - w0)
+    med = statistics.median
+    h0, m0, w0 = med(host[None]), min(host[None]), med(wall[None])
+    out = {n: (med(host[n]) - h0, min(host[n]) - m0, med(wall[n]) - w0)
            for n, _ in parts if n is not None}
-    out[None] = (h0, w0)
+    out[None] = (h0, m0, w0)
     return out
 
 
@@ -245,25 +249,27 @@ def breakdown(dout, z, o, sync, calls, repeats):
         _adapters._fast_bwd[torch.Tensor] = fast
     loop = timed[None][0]
     print("Host time of zgate.bwd's fast path, in parts (each done alone %d times, net of an "
-          "empty loop of %.3f us a turn; median of %d)" % (calls, loop, repeats))
-    print("| part | host us/call | wall us/call | in the sum |")
-    print("|---|---|---|---|")
-    total = 0.0
+          "empty loop of %.3f us a turn; median and minimum of %d)" % (calls, loop, repeats))
+    print("| part | host us/call | host, min | wall us/call | in the sum |")
+    print("|---|---|---|---|---|")
+    total = [0.0, 0.0]
     rows = [(whole[1][0], True)] + [(n, summed) for n, _, summed in parts]
     for n, summed in rows:
-        h, w = timed[n]
-        total += h if summed else 0.0
-        print("| %s | %.3f | %.3f | %s |" % (n, h, w, "yes" if summed else ""))
-    h_all = timed[whole[0][0]][0]
-    print("| **sum of the parts** | **%.3f** | | |" % total)
-    print("| %s | %.3f | %.3f | |" % (whole[0][0], h_all, timed[whole[0][0]][1]))
+        h, m, w = timed[n]
+        if summed:
+            total[0] += h
+            total[1] += m
+        print("| %s | %.3f | %.3f | %.3f | %s |" % (n, h, m, w, "yes" if summed else ""))
+    h_all, m_all, w_all = timed[whole[0][0]]
+    print("| **sum of the parts** | **%.3f** | **%.3f** | | |" % tuple(total))
+    print("| %s | %.3f | %.3f | %.3f | |" % (whole[0][0], h_all, m_all, w_all))
     print("| rest: the whole minus the parts (glue: calls, branches, locals, argument "
-          "tuples) | %.3f | | |" % (h_all - total))
-    h_op, h_fast = timed[whole[2][0]][0], timed[whole[3][0]][0]
-    print("| %s | %.3f | %.3f | |" % (whole[2][0], h_op, timed[whole[2][0]][1]))
-    print("| %s | %.3f | %.3f | |" % (whole[3][0], h_fast, timed[whole[3][0]][1]))
-    print("| custom-op dispatch: torch.ops.zgate.bwd minus the fast path alone | %.3f | | |"
-          % (h_op - h_fast))
+          "tuples) | %.3f | %.3f | | |" % (h_all - total[0], m_all - total[1]))
+    op, alone = timed[whole[2][0]], timed[whole[3][0]]
+    print("| %s | %.3f | %.3f | %.3f | |" % ((whole[2][0],) + op))
+    print("| %s | %.3f | %.3f | %.3f | |" % ((whole[3][0],) + alone))
+    print("| custom-op dispatch: torch.ops.zgate.bwd minus the fast path alone | %.3f | %.3f "
+          "| | |" % (op[0] - alone[0], op[1] - alone[1]))
 
 
 def main(argv=None):
