@@ -73,7 +73,8 @@ def _time(fn, sync, calls, repeats):
 def _time_parts(parts, sync, calls, repeats):
     """{name: (host median, host min, wall median)} in us per call over `repeats`, net of the
     loop and call of an empty function (reported under None). The parts are timed in turns in
-    each repeat, so that a change in the host's speed during the run touches them all alike.
+    each repeat (from another one each time), so that a change in the host's speed during the
+    run touches them all alike.
     The minimum is for a loaded host, where a longer turn is likelier to be preempted."""
     def empty():
         pass
@@ -85,8 +86,9 @@ def _time_parts(parts, sync, calls, repeats):
     host = {n: [] for n, _ in parts}
     wall = {n: [] for n, _ in parts}
     loop = range(calls)
-    for _ in range(repeats):
-        for n, fn in parts:
+    for r in range(repeats):
+        k = r % len(parts)   # each repeat starts at another part: no part always follows one
+        for n, fn in parts[k:] + parts[:k]:
             sync()
             t0 = time.perf_counter()
             for _ in loop:
@@ -122,7 +124,10 @@ def _parts(dout, z, o):
     rs, ea, cf, isc = ad._raw_stream, ad._empty_like, ad._contiguous, ad._is_compiling
     dtype, device, size = dout.dtype, dout.device, tuple(dout.shape)
     tls = _args.tls
-    b = _args.block()
+    # A block of the breakdown's own: the calls of the whole pack the thread's block with
+    # outputs that are freed after each call, so a library call on that block would write to
+    # freed memory. This one holds the outputs made here, which live as long as the parts.
+    b = _args.Block()
     s0, t0, s1, t1, s2, t2, f0 = b.fast
     buf, pack = b.buf, _args.FRESH_BWD.pack_into
     dz, dos = ea(dout, memory_format=cf), ea(dout, memory_format=cf)
@@ -160,6 +165,8 @@ def _parts(dout, z, o):
         def f_device():
             return dout.is_cuda, dout.is_cpu, z.is_cuda, z.is_cpu, o.is_cuda, o.is_cpu
 
+    _args.block()
+
     def f_block():
         s0, t0, s1, t1, s2, t2, f0 = tls.block.fast
         return s0
@@ -181,6 +188,8 @@ def _parts(dout, z, o):
     def f_pack():
         pack(buf, 0, p0, dd, wd, s0, t0, p1, dz_, wz, s1, t1, p2, do_, wo, s2, t2,
              p3, dd, wd, f0, p4, dd, wd, f0, *sd, *sz, *so, *td, *tz, *to, opt, 0, stream)
+
+    f_pack()   # the library rows run on this block as packed here, in any order
 
     def f_library():
         return c_bwd(*args)

@@ -149,7 +149,7 @@ def test_breakdown_runs_and_names_every_part(capsys):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         _overhead.main(["--device", "cpu", "--shape", "1,1,1,8", "--only-breakdown",
-                        "--calls", "3", "--repeats", "1"])
+                        "--calls", "3", "--repeats", "3"])
     text = buf.getvalue()
     for n in names + ["sum of the parts", "the whole", "rest: the whole minus the parts",
                       "custom-op dispatch", "entry and routing"]:
