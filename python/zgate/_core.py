@@ -4,9 +4,15 @@ The keywords are checked here, then the call is routed: PyTorch tensors on an NP
 zgate.triton; under torch.compile, and tensor subclasses such as DTensor, to zgate.torch's
 custom ops (which take no num_threads: 0, the OpenMP default); plain PyTorch tensors with new
 outputs to the hot path (zgate._adapters.torch); everything else to zgate._call.
+
+A call on a type that has a hot path (_adapters._fast_bwd / _fast_fwd: torch.Tensor, once
+the library is loaded) tries it before anything else; it answers None for a call it does not
+take (traced, given outputs, an NPU tensor, another dtype...), which then goes the general
+route, where any problem is named. Traced, it touches nothing but its first check, so that
+the general route sees the tensors in the same order as without it.
 """
 from . import _call
-from ._adapters import _kinds, classify
+from ._adapters import _fast_bwd, _fast_fwd, _kinds, classify
 from ._args import flag_arg, threads_arg
 
 
@@ -20,6 +26,11 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     num_threads: CPU threads (0 = the OpenMP default). CUDA work is queued on the caller's
     current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
     """
+    fast = _fast_bwd.get(type(dout))
+    if fast is not None:
+        r = fast(dout, z, o, dz, dout_scaled, inplace, num_threads)
+        if r is not None:
+            return r
     if type(num_threads) is not int or not -0x80000000 <= num_threads <= 0x7FFFFFFF:
         num_threads = threads_arg(num_threads)
     if inplace is not False and inplace is not True:
@@ -32,7 +43,7 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
         if kind.via_ops():
             from . import torch as _zt
             return _zt.bwd_via_ops(dout, z, o, dz, dout_scaled, inplace)
-        if dz is None and dout_scaled is None and not inplace:
+        if dz is None and dout_scaled is None and not inplace and fast is None:
             return kind.bwd_eager(dout, z, o, num_threads)
     return _call.bwd(kind, dout, z, o, dz, dout_scaled, inplace, num_threads)
 
@@ -42,6 +53,11 @@ def fwd(o, z, *, out=None, num_threads=0):
 
     A new `out` is of o's kind, device and dtype, compact; a given one is written in its own
     dtype. Streams as for bwd."""
+    fast = _fast_fwd.get(type(o))
+    if fast is not None:
+        r = fast(o, z, out, num_threads)
+        if r is not None:
+            return r
     if type(num_threads) is not int or not -0x80000000 <= num_threads <= 0x7FFFFFFF:
         num_threads = threads_arg(num_threads)
     kind = _kinds.get(type(o)) or classify(o)
@@ -52,7 +68,7 @@ def fwd(o, z, *, out=None, num_threads=0):
         if kind.via_ops():
             from . import torch as _zt
             return _zt.fwd_via_ops(o, z, out)
-        if out is None:
+        if out is None and fast is None:
             return kind.fwd_eager(o, z, num_threads)
     return _call.fwd(kind, o, z, out, num_threads)
 

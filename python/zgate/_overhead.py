@@ -1,7 +1,7 @@
 """Per-call cost of zgate from Python at a tiny shape, where the call is all there is.
 
     python3 -m zgate._overhead [--device cuda] [--shape 1,128,8,64] [--dtype bfloat16]
-                               [--orig PATH] [--calls 2000] [--repeats 7]
+                               [--orig PATH] [--calls 2000] [--repeats 7] [--breakdown]
 
 For each implementation, `calls` back-to-back calls are timed twice in one run:
   host us/call  time until the last call has *returned* (what Python pays; the GPU may
@@ -14,6 +14,16 @@ zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode), tor
 the formula, PyTorch eager, and the original Triton compute_dzdo when --orig (or env
 ZGATE_ORIG_MAMBA3) names the folder holding mamba3_siso_bwd.py (imported under a
 temporary mamba_ssm package; nothing of it is kept).
+
+--breakdown adds a second table: the host time of zgate.bwd's fast path taken apart, on the
+same tensors in the same run. Each part is done alone `calls` times in a loop (a Python
+function doing only that part), the loop and call of an empty function subtracted; the parts
+are timed in turns within each repeat, and each figure is the median of `repeats` (and the
+minimum, the figure to read on a loaded host, where a longer turn is likelier to be
+preempted). The rest (the whole minus the parts) is the glue: function calls, locals,
+branches. On CPU tensors
+the library call does real work (use a tiny shape, e.g. 1,1,1,8); the Python parts are the
+same as on CUDA.
 """
 import argparse
 import importlib
@@ -60,6 +70,217 @@ def _time(fn, sync, calls, repeats):
     return statistics.median(host), statistics.median(wall)
 
 
+def _time_parts(parts, sync, calls, repeats):
+    """{name: (host median, host min, wall median)} in us per call over `repeats`, net of the
+    loop and call of an empty function (reported under None). The parts are timed in turns in
+    each repeat (from another one each time), so that a change in the host's speed during the
+    run touches them all alike.
+    The minimum is for a loaded host, where a longer turn is likelier to be preempted."""
+    def empty():
+        pass
+    parts = [(None, empty)] + list(parts)
+    for _, fn in parts:
+        for _ in range(20):
+            fn()
+    sync()
+    host = {n: [] for n, _ in parts}
+    wall = {n: [] for n, _ in parts}
+    loop = range(calls)
+    for r in range(repeats):
+        k = r % len(parts)   # each repeat starts at another part: no part always follows one
+        for n, fn in parts[k:] + parts[:k]:
+            sync()
+            t0 = time.perf_counter()
+            for _ in loop:
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            host[n].append((t1 - t0) / calls * 1e6)
+            wall[n].append((t2 - t0) / calls * 1e6)
+    med = statistics.median
+    h0, m0, w0 = med(host[None]), min(host[None]), med(wall[None])
+    out = {n: (med(host[n]) - h0, min(host[n]) - m0, med(wall[n]) - w0)
+           for n, _ in parts if n is not None}
+    out[None] = (h0, m0, w0)
+    return out
+
+
+def _parts(dout, z, o):
+    """The fast path of zgate.bwd(dout, z, o) (zgate._adapters.torch.bwd_fast) in parts, each
+    a function doing that part alone on these tensors: [(name, fn, summed)]; the parts not
+    summed are alternatives or parts of a part, for comparison. Then the whole."""
+    import torch
+    import zgate
+    from zgate import _adapters, _args, _lib
+    from zgate._adapters import torch as ad
+
+    zgate.bwd(dout, z, o)   # loads the library and the adapter: the fast path is bound
+    if _adapters._fast_bwd.get(torch.Tensor) is not ad.bwd_fast:
+        raise RuntimeError("zgate.bwd's fast path is not bound for torch.Tensor")
+    cuda = dout.is_cuda
+    idx = dout.get_device()
+    words, wget = ad._words, ad._words.get
+    rs, ea, cf, isc = ad._raw_stream, ad._empty_like, ad._contiguous, ad._is_compiling
+    dtype, device, size = dout.dtype, dout.device, tuple(dout.shape)
+    tls = _args.tls
+    # A block of the breakdown's own: the calls of the whole pack the thread's block with
+    # outputs that are freed after each call, so a library call on that block would write to
+    # freed memory. This one holds the outputs made here, which live as long as the parts.
+    b = _args.Block()
+    s0, t0, s1, t1, s2, t2, f0 = b.fast
+    buf, pack = b.buf, _args.FRESH_BWD.pack_into
+    dz, dos = ea(dout, memory_format=cf), ea(dout, memory_format=cf)
+    stream = rs(idx) if cuda else 0
+    dd = 2 | idx << 32 if cuda else _args.CPU_WORD
+    dz_ = 2 | z.get_device() << 32 if z.is_cuda else _args.CPU_WORD
+    do_ = 2 | o.get_device() << 32 if o.is_cuda else _args.CPU_WORD
+    wd, wz, wo = words[dout.dtype], words[z.dtype], words[o.dtype]
+    p0, p1, p2, p3, p4 = (t.data_ptr() for t in (dout, z, o, dz, dos))
+    sd, sz, so = dout.shape, z.shape, o.shape
+    td, tz, to = dout.stride(), z.stride(), o.stride()
+    opt = _args.OPTIONS_SIZE
+    c_bwd, args = ad._c_bwd, b.bwd_args
+    trivial = _lib.raw("zgate_cuda_built")
+    lib = _lib.load()
+    at = b.t + (b.opts,)
+
+    def f_dtype():
+        return wget(dout.dtype), wget(z.dtype), wget(o.dtype), type(dout), type(z), type(o)
+
+    def f_shape():
+        return len(dout.shape), z.shape, o.shape
+
+    def f_stride():
+        return dout.stride(), z.stride(), o.stride()
+
+    def f_data_ptr():
+        return dout.data_ptr(), z.data_ptr(), o.data_ptr(), dz.data_ptr(), dos.data_ptr()
+
+    if cuda:
+        def f_device():
+            return (dout.is_cuda, dout.get_device(), z.is_cuda, z.get_device(), o.is_cuda,
+                    o.get_device())
+    else:
+        def f_device():
+            return dout.is_cuda, dout.is_cpu, z.is_cuda, z.is_cpu, o.is_cuda, o.is_cpu
+
+    _args.block()
+
+    def f_block():
+        s0, t0, s1, t1, s2, t2, f0 = tls.block.fast
+        return s0
+
+    def f_alloc():
+        dz = ea(dout, memory_format=cf)
+        return dz, ea(dz)
+
+    def f_alloc_cf():
+        return ea(dout, memory_format=cf), ea(dout, memory_format=cf)
+
+    def f_empty():
+        return (torch.empty(size, dtype=dtype, device=device),
+                torch.empty(size, dtype=dtype, device=device))
+
+    def f_empty_like():
+        return ea(dout), ea(dout)
+
+    def f_pack():
+        pack(buf, 0, p0, dd, wd, s0, t0, p1, dz_, wz, s1, t1, p2, do_, wo, s2, t2,
+             p3, dd, wd, f0, p4, dd, wd, f0, *sd, *sz, *so, *td, *tz, *to, opt, 0, stream)
+
+    f_pack()   # the library rows run on this block as packed here, in any order
+
+    def f_library():
+        return c_bwd(*args)
+
+    def f_argtypes():
+        return lib.zgate_bwd(*at)
+
+    parts = [
+        ("torch.compiler.is_compiling() (a traced call goes through the ops)", isc, True),
+        ("dtype x3 and its header word (a dict), type() x3", f_dtype, True),
+        ("device x3 (%s)" % ("is_cuda, get_device()" if cuda else "is_cuda, is_cpu"),
+         f_device, True),
+    ]
+    if cuda:
+        parts.append(("current raw stream (torch._C._cuda_getCurrentRawStream)",
+                      lambda: rs(idx), True))
+    parts += [
+        ("shape x3 (and len)", f_shape, True),
+        ("stride() x3", f_stride, True),
+        ("data_ptr() x5 (3 inputs, 2 outputs)", f_data_ptr, True),
+        ("the thread's block and its addresses", f_block, True),
+        ("2 outputs: dz = torch.empty_like(dout, memory_format=torch.contiguous_format), "
+         "torch.empty_like(dz)", f_alloc, True),
+        ("  instead: torch.empty_like(dout, memory_format=torch.contiguous_format) x2",
+         f_alloc_cf, False),
+        ("  instead: torch.empty(size, dtype=, device=) x2 (cached args)", f_empty, False),
+        ("  instead: torch.empty_like(dout) x2 (strides of dout where dense)", f_empty_like,
+         False),
+        ("pack of 50 values into the block (struct.pack_into, values read)", f_pack, True),
+        ("library: zgate_bwd on the packed block (validation%s)"
+         % (", cudaLaunchKernel" if cuda else ", the CPU work"), f_library, True),
+        ("  of which the foreign call: zgate_cuda_built() (no arguments)", trivial, False),
+        ("  instead: zgate_bwd bound with argtypes, 6 ints converted", f_argtypes, False),
+    ]
+    return parts
+
+
+def breakdown(dout, z, o, sync, calls, repeats):
+    """Prints the table of the fast path's parts (see the module's docstring)."""
+    import torch
+    import zgate
+    from zgate import _adapters
+    from zgate._adapters import torch as ad
+
+    parts = _parts(dout, z, o)
+    res = (torch.empty_like(dout), torch.empty_like(dout))
+    stub = lambda d, z, o, dz, ds, i, n: res  # noqa: E731
+    whole = [
+        ("zgate.bwd(dout, z, o): the whole", lambda: zgate.bwd(dout, z, o)),
+        ("zgate.bwd's entry and routing (the fast path replaced by a stub)",
+         lambda: zgate.bwd(dout, z, o)),
+        ("torch.ops.zgate.bwd(dout, z, o) (custom op, eager)",
+         lambda: torch.ops.zgate.bwd(dout, z, o)),
+        ("the fast path called alone (zgate._adapters.torch.bwd_fast)",
+         lambda: ad.bwd_fast(dout, z, o, None, None, False, 0)),
+    ]
+    # the routing alone: time it with the fast path replaced by the stub, in its own turn
+    timed = _time_parts([(n, f) for n, f, _ in parts] + [whole[0], whole[2], whole[3]],
+                        sync, calls, repeats)
+    fast = _adapters._fast_bwd[torch.Tensor]
+    _adapters._fast_bwd[torch.Tensor] = stub
+    try:
+        timed.update((k, v) for k, v in _time_parts([whole[1]], sync, calls, repeats).items()
+                     if k is not None)
+    finally:
+        _adapters._fast_bwd[torch.Tensor] = fast
+    loop = timed[None][0]
+    print("Host time of zgate.bwd's fast path, in parts (each done alone %d times, net of an "
+          "empty loop of %.3f us a turn; median and minimum of %d)" % (calls, loop, repeats))
+    print("| part | host us/call | host, min | wall us/call | in the sum |")
+    print("|---|---|---|---|---|")
+    total = [0.0, 0.0]
+    rows = [(whole[1][0], True)] + [(n, summed) for n, _, summed in parts]
+    for n, summed in rows:
+        h, m, w = timed[n]
+        if summed:
+            total[0] += h
+            total[1] += m
+        print("| %s | %.3f | %.3f | %.3f | %s |" % (n, h, m, w, "yes" if summed else ""))
+    h_all, m_all, w_all = timed[whole[0][0]]
+    print("| **sum of the parts** | **%.3f** | **%.3f** | | |" % tuple(total))
+    print("| %s | %.3f | %.3f | %.3f | |" % (whole[0][0], h_all, m_all, w_all))
+    print("| rest: the whole minus the parts (glue: calls, branches, locals, argument "
+          "tuples) | %.3f | %.3f | | |" % (h_all - total[0], m_all - total[1]))
+    op, alone = timed[whole[2][0]], timed[whole[3][0]]
+    print("| %s | %.3f | %.3f | %.3f | |" % ((whole[2][0],) + op))
+    print("| %s | %.3f | %.3f | %.3f | |" % ((whole[3][0],) + alone))
+    print("| custom-op dispatch: torch.ops.zgate.bwd minus the fast path alone | %.3f | %.3f "
+          "| | |" % (op[0] - alone[0], op[1] - alone[1]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -68,6 +289,10 @@ def main(argv=None):
     ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"))
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also take zgate.bwd's fast path apart (a second table)")
+    ap.add_argument("--only-breakdown", action="store_true",
+                    help="the breakdown table alone")
     a = ap.parse_args(argv)
 
     import torch
@@ -102,6 +327,9 @@ def main(argv=None):
         torch.__version__, dev,
         " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
         shape, a.dtype, a.calls, a.repeats))
+    if a.only_breakdown:
+        breakdown(dout, z, o, sync, a.calls, a.repeats)
+        return
     print("| implementation | host us/call | wall us/call |")
     print("|---|---|---|")
     for name, fn in impls:
@@ -110,6 +338,10 @@ def main(argv=None):
         sync()
         host, wall = _time(fn, sync, a.calls, a.repeats)
         print("| %s | %.2f | %.2f |" % (name, host, wall))
+    sys.stdout.flush()
+    if a.breakdown:
+        print()
+        breakdown(dout, z, o, sync, a.calls, a.repeats)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ import sys
 from .._lib import Error
 
 _kinds = {}   # type -> adapter module
+# type -> hot path of zgate.bwd / zgate.fwd with new outputs, tried before the general route:
+# fn(dout, z, o, num_threads) / fn(o, z, num_threads), a result, or None to take that route
+_fast_bwd = {}
+_fast_fwd = {}
 
 
 def classify(x):

@@ -1,18 +1,22 @@
 """PyTorch tensors, described from their own metadata; CUDA work runs on PyTorch's current
-stream. bwd_eager / fwd_eager hold the hot path: plain 4-D tensors and new outputs, kept to
-straight-line attribute reads and one pack (in the layout of zgate._args) per call."""
+stream. bwd_fast / fwd_fast hold the hot path (plain 4-D tensors and new outputs, kept to
+straight-line attribute reads, one pack in the layout of zgate._args and one ctypes call per
+call): zgate.bwd / zgate.fwd try it first for torch.Tensor, and the custom ops through
+bwd_eager / fwd_eager."""
 import sys
+from struct import error as _StructError
 
 import torch
 
 from .. import _call, _dlpack, _lib
-from .._args import CPU_WORD, LAYOUTS, OPTIONS_SIZE, block, device_word, to4
+from .._args import (CPU_WORD, FRESH_BWD as _FRESH_BWD, FRESH_FWD as _FRESH_FWD, LAYOUTS,
+                     OPTIONS_SIZE, block, device_word, tls as _tls, to4)
 from .._call import fail
-from . import _kinds
+from . import _fast_bwd, _fast_fwd, _kinds
 
 MUTABLE = True
 TORCH = True
-via_ops = torch.compiler.is_compiling   # traced calls go through zgate.torch's ops
+via_ops = _is_compiling = torch.compiler.is_compiling   # traced calls: zgate.torch's ops
 
 _codes = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16),
           torch.float64: (2, 64)}
@@ -24,7 +28,7 @@ _contiguous = torch.contiguous_format
 _raw_stream = (getattr(torch._C, "_cuda_getCurrentRawStream", None)
                or (lambda i: torch.cuda.current_stream(i).cuda_stream))
 _increment_version = getattr(torch.autograd.graph, "increment_version", None)
-_S5_FRESH, _S3_FRESH, _S5 = LAYOUTS[5, 3], LAYOUTS[3, 2], LAYOUTS[5, 5]
+_S5 = LAYOUTS[5, 5]
 _Tensor = torch.Tensor
 
 
@@ -84,48 +88,68 @@ def finish(desc, given):
             _increment_version(t)
 
 
-def bwd_eager(dout, z, o, num_threads):
-    """bwd with new outputs: the hot path for three plain 4-D CPU/CUDA tensors of supported
-    dtypes, the general path otherwise (which names any problem)."""
+def bwd_fast(dout, z, o, dz, dout_scaled, inplace, num_threads):
+    """zgate.bwd with new outputs: the hot path for three plain 4-D CPU/CUDA tensors of
+    supported dtypes and an int num_threads, and None for any other call (traced; outputs
+    given or in place; another dtype, rank, type, device or layout; num_threads not an int
+    or beyond a C int), which the general path then takes (and names any problem).
+
+    Per call: the tensors' metadata read once each, two allocations (the second like the
+    first, which is compact: no memory_format to parse), one pack of 50 values
+    into the thread's block (zgate._args.FRESH_BWD: the fields that are always zero are
+    padding), one ctypes call with the block's ready pointers (no argument conversion)."""
+    if (_is_compiling()   # traced: through zgate.torch's ops (nothing else touched first)
+            or dz is not None or dout_scaled is not None or inplace is not False
+            or type(num_threads) is not int):
+        return None
     words = _words
-    sd = dout.shape
     wd, wz, wo = words.get(dout.dtype), words.get(z.dtype), words.get(o.dtype)
-    if (len(sd) != 4 or wd is None or wz is None or wo is None or type(z) is not type(dout)
-            or type(o) is not type(dout)):
-        return _call.bwd(_self, dout, z, o, None, None, False, num_threads)
+    t = type(dout)
+    if wd is None or wz is None or wo is None or type(z) is not t or type(o) is not t:
+        return None
+    sd = dout.shape
+    if len(sd) != 4:
+        return None
     if dout.is_cuda:
         i = dout.get_device()
         dd, stream = 2 | i << 32, _raw_stream(i)
     elif dout.is_cpu:
         dd, stream = CPU_WORD, 0
     else:
-        dd = None
+        return None
     dz_ = 2 | z.get_device() << 32 if z.is_cuda else CPU_WORD if z.is_cpu else None
     do_ = 2 | o.get_device() << 32 if o.is_cuda else CPU_WORD if o.is_cpu else None
-    if dd is None or dz_ is None or do_ is None:
-        return _call.bwd(_self, dout, z, o, None, None, False, num_threads)
-    b = block()
-    (s0, t0), (s1, t1), (s2, t2) = b.arrays[:3]
-    f0 = b.fresh
-    try:   # a sparse tensor, for one, fails here: the general path names the problem
+    if dz_ is None or do_ is None:
+        return None
+    try:
+        b = _tls.block
+    except AttributeError:
+        b = block()
+    s0, t0, s1, t1, s2, t2, f0 = b.fast
+    try:   # a sparse tensor fails here, a num_threads beyond a C int in the pack
         dz = _empty_like(dout, memory_format=_contiguous)
-        dos = _empty_like(dout, memory_format=_contiguous)
-        _S5_FRESH.pack_into(
+        dos = _empty_like(dz)   # dz's compact strides preserved: no keyword to parse
+        _FRESH_BWD.pack_into(
             b.buf, 0,
-            dout.data_ptr(), dd, wd, s0, t0, 0,
-            z.data_ptr(), dz_, wz, s1, t1, 0,
-            o.data_ptr(), do_, wo, s2, t2, 0,
-            dz.data_ptr(), dd, wd, f0, 0, 0,
-            dos.data_ptr(), dd, wd, f0, 0, 0,
+            dout.data_ptr(), dd, wd, s0, t0,
+            z.data_ptr(), dz_, wz, s1, t1,
+            o.data_ptr(), do_, wo, s2, t2,
+            dz.data_ptr(), dd, wd, f0,
+            dos.data_ptr(), dd, wd, f0,
             *sd, *z.shape, *o.shape, *dout.stride(), *z.stride(), *o.stride(),
-            OPTIONS_SIZE, num_threads, 0, 0, stream)
-    except RuntimeError:
-        return _call.bwd(_self, dout, z, o, None, None, False, num_threads)
-    t = b.t
-    rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
+            OPTIONS_SIZE, num_threads, stream)
+    except (RuntimeError, _StructError):
+        return None
+    rc = _c_bwd(*b.bwd_args)
     if rc:
         raise fail(rc, [("dout", dout, None), ("z", z, None), ("o", o, None)])
     return dz, dos
+
+
+def bwd_eager(dout, z, o, num_threads):
+    """bwd with new outputs: the hot path where it applies, the general path otherwise."""
+    r = bwd_fast(dout, z, o, None, None, False, num_threads)
+    return r if r is not None else _call.bwd(_self, dout, z, o, None, None, False, num_threads)
 
 
 def _dev(t):
@@ -160,53 +184,81 @@ def bwd_into(dout, z, o, dz, dos, num_threads):
             OPTIONS_SIZE, num_threads, 0, 0, stream)
     except RuntimeError:   # e.g. a sparse tensor
         return _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
-    t = b.t
-    rc = (_lib._lib or _lib.load()).zgate_bwd(t[0], t[1], t[2], t[3], t[4], b.opts)
+    rc = (_c_bwd or _lib.raw("zgate_bwd"))(*b.bwd_args)
     if rc:
         raise fail(rc, [("dout", dout, None), ("z", z, None), ("o", o, None), ("dz", dz, None),
                         ("dout_scaled", dos, None)])
     return dz, dos
 
 
-def fwd_eager(o, z, num_threads):
-    """fwd with a new output (see bwd_eager)."""
+def fwd_fast(o, z, out, num_threads):
+    """zgate.fwd with a new output (see bwd_fast); None where the general path takes it."""
+    if _is_compiling() or out is not None or type(num_threads) is not int:
+        return None
     words = _words
-    so = o.shape
     wo, wz = words.get(o.dtype), words.get(z.dtype)
-    if len(so) != 4 or wo is None or wz is None or type(z) is not type(o):
-        return _call.fwd(_self, o, z, None, num_threads)
+    if wo is None or wz is None or type(z) is not type(o):
+        return None
+    so = o.shape
+    if len(so) != 4:
+        return None
     if o.is_cuda:
         i = o.get_device()
         do_, stream = 2 | i << 32, _raw_stream(i)
     elif o.is_cpu:
         do_, stream = CPU_WORD, 0
     else:
-        do_ = None
+        return None
     dz_ = 2 | z.get_device() << 32 if z.is_cuda else CPU_WORD if z.is_cpu else None
-    if do_ is None or dz_ is None:
-        return _call.fwd(_self, o, z, None, num_threads)
-    b = block()
-    (s0, t0), (s1, t1) = b.arrays[:2]
-    f0 = b.fresh
+    if dz_ is None:
+        return None
+    try:
+        b = _tls.block
+    except AttributeError:
+        b = block()
+    s0, t0, s1, t1, _, _, f0 = b.fast
     try:
         out = _empty_like(o, memory_format=_contiguous)
-        _S3_FRESH.pack_into(
+        _FRESH_FWD.pack_into(
             b.buf, 0,
-            o.data_ptr(), do_, wo, s0, t0, 0,
-            z.data_ptr(), dz_, wz, s1, t1, 0,
-            out.data_ptr(), do_, wo, f0, 0, 0,
+            o.data_ptr(), do_, wo, s0, t0,
+            z.data_ptr(), dz_, wz, s1, t1,
+            out.data_ptr(), do_, wo, f0,
             *so, *z.shape, *o.stride(), *z.stride(),
-            OPTIONS_SIZE, num_threads, 0, 0, stream)
-    except RuntimeError:
-        return _call.fwd(_self, o, z, None, num_threads)
-    t = b.t
-    rc = (_lib._lib or _lib.load()).zgate_fwd(t[0], t[1], t[2], b.opts)
+            OPTIONS_SIZE, num_threads, stream)
+    except (RuntimeError, _StructError):
+        return None
+    rc = _c_fwd(*b.fwd_args)
     if rc:
         raise fail(rc, [("o", o, None), ("z", z, None)])
     return out
+
+
+def fwd_eager(o, z, num_threads):
+    """fwd with a new output: the hot path where it applies, the general path otherwise."""
+    r = fwd_fast(o, z, None, num_threads)
+    return r if r is not None else _call.fwd(_self, o, z, None, num_threads)
+
+
+_c_bwd = _c_fwd = None
+
+
+def _bind():
+    """Binds the library's entry points for the hot paths (without argtypes: they pass the
+    block's ready pointers) and puts the hot paths before zgate._core's general route for
+    plain tensors. Done when the library loads; until then every call takes the general
+    path (which loads it, or names why it does not load)."""
+    global _c_bwd, _c_fwd
+    try:
+        _c_bwd, _c_fwd = _lib.raw("zgate_bwd"), _lib.raw("zgate_fwd")
+    except _lib.Error:
+        return
+    _fast_bwd[_Tensor] = bwd_fast
+    _fast_fwd[_Tensor] = fwd_fast
 
 
 _self = sys.modules[__name__]
 
 # torch.compile may see a tensor first: the type is known from here on, no lookup to trace
 _kinds.setdefault(torch.Tensor, _self)
+_bind()
