@@ -218,12 +218,16 @@ ZG_INLINE void acc_kernel(int op, float *o0, float *o1, const float *i0, const f
   }
 }
 
-static void bwd_kernel(float *dz, float *dos, const float *dout, const float *z, const float *o, int64_t n) {
-  acc_kernel(ZG_BWD, dz, dos, dout, z, o, n);
-}
-static void fwd_kernel(float *out, const float *o, const float *z, int64_t n) {
-  acc_kernel(ZG_FWD, out, 0, o, z, 0, n);
-}
+/* The float kernels of the table (zg_bwd_fn / zg_fwd_fn) over one of the recipes. */
+#define ZG_KERNEL_FNS(sfx, IMPL)                                                                  \
+  static void bwd##sfx(float *dz, float *dos, const float *dout, const float *z, const float *o, \
+                       int64_t n) {                                                              \
+    IMPL(ZG_BWD, dz, dos, dout, z, o, n);                                                        \
+  }                                                                                              \
+  static void fwd##sfx(float *out, const float *o, const float *z, int64_t n) {                  \
+    IMPL(ZG_FWD, out, 0, o, z, 0, n);                                                            \
+  }
+ZG_KERNEL_FNS(_kernel, acc_kernel)
 
 /* ---- loads and stores of the staged path ---------------------------------------------------
  * Conversions are exact (float16 and bfloat16 widen exactly; narrowing is round to nearest
@@ -451,12 +455,7 @@ ZG_INLINE void fast_kernel(int op, float *o0, float *o1, const float *i0, const 
     if (op == ZG_BWD) v_st_part(o1 + j, n - j, r1);
   }
 }
-static void bwd16_kernel(float *dz, float *dos, const float *dout, const float *z, const float *o, int64_t n) {
-  fast_kernel(ZG_BWD, dz, dos, dout, z, o, n);
-}
-static void fwd16_kernel(float *out, const float *o, const float *z, int64_t n) {
-  fast_kernel(ZG_FWD, out, 0, o, z, 0, n);
-}
+ZG_KERNEL_FNS(16_kernel, fast_kernel)
 
 /* 16-bit fused runs: 2*VL elements per step, widened and narrowed in registers (the
  * mapping's v2_ld_run / v2_st_run; with cvt, AVX512_BF16's narrowing). */

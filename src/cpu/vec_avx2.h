@@ -11,6 +11,7 @@
 
 typedef __m256 V;
 typedef __m256i VI;
+typedef struct { V a, b; } V2; /* 2*VL elements of a fused run */
 #define VL 8
 #define VEC_ISA avx2
 #define VEC_NAME "avx2"
@@ -20,17 +21,9 @@ typedef __m256i VI;
 #define VEC_HAS_AVX512 0  /* rcp14, scalef, VREDUCEPS */
 #define VEC_HAS_BF16CVT 0
 
-static inline V v_set1(float x) { return _mm256_set1_ps(x); }
-static inline V v_zero(void) { return _mm256_setzero_ps(); }
-static inline V v_add(V a, V b) { return _mm256_add_ps(a, b); }
-static inline V v_sub(V a, V b) { return _mm256_sub_ps(a, b); }
-static inline V v_mul(V a, V b) { return _mm256_mul_ps(a, b); }
-static inline V v_div(V a, V b) { return _mm256_div_ps(a, b); }
-static inline V v_max(V a, V b) { return _mm256_max_ps(a, b); } /* b when either is NaN */
-/* a*b + c, c - a*b, a*b - c: each one rounding */
-static inline V v_fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-static inline V v_fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-static inline V v_fms(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }
+#define VEC_W 256
+#include "vec_x86.h"
+
 static inline V v_negabs(V a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
 static inline V v_abs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 /* Lanes whose z has the sign bit set (negative, -0, negative NaN) take a, the others b. */
@@ -55,9 +48,6 @@ static inline VI vi_exp_field(VI a) { return _mm256_slli_epi32(a, 23); }
 static inline __m256i v_tail_mask(int64_t n) { /* lanes [0, n) for 0 < n < 8 */
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-static inline V v_ld(const float *p) { return _mm256_loadu_ps(p); }
-static inline void v_st(float *p, V a) { _mm256_storeu_ps(p, a); }
-static inline void v_stream(float *p, V a) { _mm256_stream_ps(p, a); }
 /* Up to VL floats: a full access, or a masked one that never touches p[rem..VL). */
 static inline V v_ld_part(const float *p, int64_t rem) {
   return rem >= VL ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, v_tail_mask(rem));
@@ -91,14 +81,11 @@ static inline void v_st_h(int dt, uint16_t *p, V a, int nt) {
   if (nt) _mm_stream_si128((__m128i *)p, w);
   else _mm_storeu_si128((__m128i *)p, w);
 }
-static inline float v_h2f_1(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t v_f2h_1(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
 /* Fused runs: 2*VL elements of a 16-bit dtype as two vectors, in an order of their own.
  * bfloat16 widens by unpacking with zero within each 128-bit lane (elements 0-3 and 8-11 in
  * the first vector, 4-7 and 12-15 in the second) and narrows by the inverse pack; the math
  * is elementwise and every tensor goes through the same permutation. */
-typedef struct { V a, b; } V2;
 static inline V2 v2_ld_run(int dt, const void *p) {
   V2 v;
   if (dt == ZG_BF16) {

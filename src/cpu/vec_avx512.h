@@ -23,6 +23,7 @@
 
 typedef __m512 V;
 typedef __m512i VI;
+typedef struct { V a, b; } V2; /* 2*VL elements of a fused run */
 #define VL 16
 #define VEC_ISA avx512
 #define VEC_NAME "avx512"
@@ -32,16 +33,9 @@ typedef __m512i VI;
 #define VEC_HAS_AVX512 1
 #define VEC_HAS_BF16CVT 1 /* a second table, chosen by dispatch on CPUs with AVX512_BF16 */
 
-static inline V v_set1(float x) { return _mm512_set1_ps(x); }
-static inline V v_zero(void) { return _mm512_setzero_ps(); }
-static inline V v_add(V a, V b) { return _mm512_add_ps(a, b); }
-static inline V v_sub(V a, V b) { return _mm512_sub_ps(a, b); }
-static inline V v_mul(V a, V b) { return _mm512_mul_ps(a, b); }
-static inline V v_div(V a, V b) { return _mm512_div_ps(a, b); }
-static inline V v_max(V a, V b) { return _mm512_max_ps(a, b); } /* b when either is NaN */
-static inline V v_fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-static inline V v_fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-static inline V v_fms(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
+#define VEC_W 512
+#include "vec_x86.h"
+
 static inline V v_negabs(V a) {
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32((int)0x80000000u)));
 }
@@ -67,9 +61,6 @@ static inline V v_reduce(V y) { /* y - round(y), exact */
 static inline __mmask16 v_mask(int64_t rem) { /* lanes [0, min(rem, 16)) */
   return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
-static inline V v_ld(const float *p) { return _mm512_loadu_ps(p); }
-static inline void v_st(float *p, V a) { _mm512_storeu_ps(p, a); }
-static inline void v_stream(float *p, V a) { _mm512_stream_ps(p, a); }
 static inline V v_ld_part(const float *p, int64_t rem) { return _mm512_maskz_loadu_ps(v_mask(rem), p); }
 static inline void v_st_part(float *p, int64_t rem, V a) { _mm512_mask_storeu_ps(p, v_mask(rem), a); }
 
@@ -93,13 +84,10 @@ static inline void v_st_h(int dt, uint16_t *p, V a, int nt) {
   if (nt) _mm256_stream_si256((__m256i *)p, w);
   else _mm256_storeu_si256((__m256i *)p, w);
 }
-static inline float v_h2f_1(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t v_f2h_1(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
 /* Fused runs: 32 elements of a 16-bit dtype in one 512-bit access, as two vectors in an
  * order of their own: float16 by halves; bfloat16 split into the even elements (a, by a
  * shift) and the odd ones (b, by a mask), interleaved back when narrowed. */
-typedef struct { V a, b; } V2;
 static inline V2 v2_ld_run(int dt, const void *p) {
   V2 v;
   __m512i w = _mm512_loadu_si512(p);
