@@ -61,7 +61,11 @@ static inline V v_reduce(V y) { /* y - round(y), exact */
 static inline __mmask16 v_mask(int64_t rem) { /* lanes [0, min(rem, 16)) */
   return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
-static inline V v_ld_part(const float *p, int64_t rem) { return _mm512_maskz_loadu_ps(v_mask(rem), p); }
+/* A whole vector by a plain load: with every lane masked in, the float32 fused runs read
+ * their three streams at a third of the speed on a Zen 4 (docs/perf-notes.md, entry 53). */
+static inline V v_ld_part(const float *p, int64_t rem) {
+  return rem >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(v_mask(rem), p);
+}
 static inline void v_st_part(float *p, int64_t rem, V a) { _mm512_mask_storeu_ps(p, v_mask(rem), a); }
 
 static inline __m256i v_f16_bits(V x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
