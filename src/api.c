@@ -14,10 +14,10 @@ static int zg_is_host(const zg_problem *p) {
   return p->device.device_type == kDLCPU || p->device.device_type == kDLCUDAHost;
 }
 
-static int zg_dispatch(const zg_problem *p, const zg_options *o) {
-  int st;
+static int zg_dispatch(const zg_problem *p, zg_options *o) {
   if (zg_is_host(p)) {
-    st = zg_cpu_check(o->cpu_isa); /* a forced, unusable ZGATE_CPU_ISA fails every call */
+    /* a forced, unusable ZGATE_CPU_ISA fails every call, size 0 too */
+    int st = o->cpu_kernels ? ZGATE_OK : zg_cpu_resolve(NULL, &o->cpu_kernels);
     if (st) return st;
     if (p->numel == 0) return ZGATE_OK;
     return zg_cpu_run(p, o);
@@ -30,27 +30,25 @@ static int zg_dispatch(const zg_problem *p, const zg_options *o) {
 #endif
 }
 
-int zgate_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, DLTensor *dz,
-              DLTensor *dout_scaled, const zgate_options *opts) {
-  const DLTensor *t[5] = {dout, z, o, dz, dout_scaled};
+static int zg_call(zg_op op, const DLTensor *const *t, const zgate_options *opts) {
   zg_options ro;
   zg_problem p;
   zg_clear_error();
   int st = zg_resolve_options(opts, &ro);
-  if (!st) st = zg_validate(ZG_OP_BWD, t, 0, &p);
+  if (!st) st = zg_validate(op, t, 0, &p);
   if (!st) st = zg_dispatch(&p, &ro);
   return st;
 }
 
+int zgate_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, DLTensor *dz,
+              DLTensor *dout_scaled, const zgate_options *opts) {
+  const DLTensor *t[5] = {dout, z, o, dz, dout_scaled};
+  return zg_call(ZG_OP_BWD, t, opts);
+}
+
 int zgate_fwd(const DLTensor *o, const DLTensor *z, DLTensor *out, const zgate_options *opts) {
   const DLTensor *t[3] = {o, z, out};
-  zg_options ro;
-  zg_problem p;
-  zg_clear_error();
-  int st = zg_resolve_options(opts, &ro);
-  if (!st) st = zg_validate(ZG_OP_FWD, t, 0, &p);
-  if (!st) st = zg_dispatch(&p, &ro);
-  return st;
+  return zg_call(ZG_OP_FWD, t, opts);
 }
 
 static int zg_reference(zg_op op, const DLTensor *const *t) {

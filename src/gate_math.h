@@ -63,16 +63,24 @@ static inline double zg_gate_fwd_f64(double o, double z) {
  * or more roundings (exp, 1+e, 1/(1+e), e*r, 1+z*(1-s), three products) and was measured at
  * up to 4.8 ulp of the scale near z = -17, over the 4-ulp policy; double costs the scalar
  * path little and leaves it the most accurate one. The SIMD paths do float32 arithmetic
- * with fma and a corrected reciprocal (simd_exp.h) and meet the policy on their own. */
+ * with fma and a corrected reciprocal (simd_exp.h) and meet the policy on their own; their
+ * lanes with an inf or NaN result (and, in the 16-bit recipe, near the root of 1 + z(1-s))
+ * are recomputed by these two functions (kernels_simd.c's gate_fix). */
+
+/* A NaN result is the default quiet NaN, 0x7fc00000, whatever the NaN it came from (an
+ * input's payload and sign, or the NaN the hardware made for inf * 0, which is negative on
+ * x86 and positive on aarch64): every CPU path gives these same bits. The SIMD paths send
+ * every lane with an inf or NaN result here, so this is their NaN too. */
+static inline float zg_f64_to_f32_nan_default(double d) { return d != d ? zg_bits_f32(0x7fc00000u) : (float)d; }
 
 static inline void zg_gate_bwd_f32(float dout, float z, float o, float *dz, float *dos) {
   double ddz, ddos;
   zg_gate_bwd_f64(dout, z, o, &ddz, &ddos);
-  *dz = (float)ddz;
-  *dos = (float)ddos;
+  *dz = zg_f64_to_f32_nan_default(ddz);
+  *dos = zg_f64_to_f32_nan_default(ddos);
 }
 
-static inline float zg_gate_fwd_f32(float o, float z) { return (float)zg_gate_fwd_f64(o, z); }
+static inline float zg_gate_fwd_f32(float o, float z) { return zg_f64_to_f32_nan_default(zg_gate_fwd_f64(o, z)); }
 
 /* ---- float16 <-> float32 -------------------------------------------------------------- */
 

@@ -276,7 +276,6 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
           return zg_fail(ZGATE_ERR_INPLACE_MISMATCH,
                          "dout_scaled: shares dout's memory but not its dtype and strides "
                          "(in place needs the very same tensor)");
-        p->inplace = 1;
         continue;
       }
       return zg_fail(ZGATE_ERR_ALIAS,
@@ -302,6 +301,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
 int zg_resolve_options(const zgate_options *opts, zg_options *out) {
   out->num_threads = 0;
   out->cpu_isa = NULL;
+  out->cpu_kernels = NULL;
   out->cuda_stream = NULL;
   if (!opts) return ZGATE_OK;
   if (opts->struct_size < sizeof(size_t) || opts->struct_size > ZG_OPTIONS_MAX_SIZE)
@@ -315,7 +315,7 @@ int zg_resolve_options(const zgate_options *opts, zg_options *out) {
     out->num_threads = opts->num_threads;
   }
   if (ZG_HAS_FIELD(opts, cpu_isa) && opts->cpu_isa) {
-    int st = zg_cpu_check(opts->cpu_isa);
+    int st = zg_cpu_resolve(opts->cpu_isa, &out->cpu_kernels);
     if (st) return st;
     out->cpu_isa = opts->cpu_isa;
   }

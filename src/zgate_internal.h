@@ -8,7 +8,7 @@
 #include "zgate.h"
 
 /* Storage types zgate knows. ZG_F64 is accepted by the *_reference entry points only. */
-typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3, ZG_NDTYPES = 4 } zg_dtype;
+typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3 } zg_dtype;
 
 /* Bytes per element of each zg_dtype. */
 static inline int64_t zg_dtype_size(zg_dtype t) { return t == ZG_F64 ? 8 : t == ZG_F32 ? 4 : 2; }
@@ -27,14 +27,13 @@ enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
 typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
 
 /* A validated call: every tensor shares `shape`; t[0 .. n_in-1] are inputs and
- * t[n_in .. n_in+n_out-1] outputs; for ZG_OP_BWD, `inplace` says dout_scaled is dout. */
+ * t[n_in .. n_in+n_out-1] outputs (for ZG_OP_BWD dout_scaled may be dout itself: in place). */
 typedef struct zg_problem {
   zg_op op;
   int n_in, n_out;
   int64_t shape[4];
   int64_t numel;       /* product of shape; 0 means nothing to do */
   zg_operand t[5];
-  int inplace;
   DLDevice device;
 } zg_problem;
 
@@ -42,6 +41,9 @@ typedef struct zg_problem {
 typedef struct zg_options {
   int num_threads;     /* 0 = OpenMP default */
   const char *cpu_isa; /* NULL = process-wide choice */
+  /* the CPU kernel table, resolved once per call: by zg_resolve_options for opts->cpu_isa,
+   * else by the CPU dispatch of api.c (the process-wide choice) */
+  const struct zg_cpu_kernels *cpu_kernels;
   void *cuda_stream;
 } zg_options;
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The x86 fused run kernels (bwd_run_*, fwd_run_* in kernels_avx2.c and kernels_avx512.c)
+# The x86 fused run kernels (bwd_run_*, fwd_run_* of kernels_simd.c, built for avx2 and avx512)
 # must keep their software prefetch in the built library. gcc 12 once deleted every prefetch
 # of the float32 runs without a warning (fixed in commit 2a0f628: a function that only
 # prefetches looked "const" to it), which changed no result and cost 15-20 points of

@@ -89,87 +89,76 @@ static const zg_features *zg_features_get(void) {
   return &zg_features_value;
 }
 
-int zg_cpu_has(const char *feature) {
-  const zg_features *f = zg_features_get();
-  if (!feature) return 0;
-  static const struct { const char *name; size_t off; } names[] = {
-      {"avx2", offsetof(zg_features, avx2)},         {"fma", offsetof(zg_features, fma)},
-      {"f16c", offsetof(zg_features, f16c)},         {"avx512f", offsetof(zg_features, avx512f)},
-      {"avx512bw", offsetof(zg_features, avx512bw)}, {"avx512dq", offsetof(zg_features, avx512dq)},
-      {"avx512vl", offsetof(zg_features, avx512vl)}, {"avx512bf16", offsetof(zg_features, avx512bf16)},
-      {"avx512fp16", offsetof(zg_features, avx512fp16)}, {"neon", offsetof(zg_features, neon)},
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcmp(feature, names[i].name) == 0)
-      return *(const int *)((const char *)f + names[i].off);
-  return 0;
-}
-
 /* ---- the paths ------------------------------------------------------------------------- */
 
 typedef struct zg_isa {
   const char *name;
   const zg_cpu_kernels *(*table)(void); /* NULL when not built */
+  int (*runs_here)(const zg_features *f);
 } zg_isa;
+
+static int zg_runs_avx2(const zg_features *f) { return f->avx2 && f->fma && f->f16c; }
+static int zg_runs_avx512(const zg_features *f) {
+  return f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c;
+}
+static int zg_runs_neon(const zg_features *f) { return f->neon; }
+static int zg_runs_scalar(const zg_features *f) {
+  (void)f;
+  return 1;
+}
+
+/* avx512's table, with the AVX512_BF16 bfloat16 runs where this CPU has that extension. */
+#ifdef ZGATE_HAVE_AVX512
+static const zg_cpu_kernels *zg_avx512_table(void) {
+  return zg_features_get()->avx512bf16 ? zg_cpu_kernels_avx512_bf16() : zg_cpu_kernels_avx512();
+}
+#endif
 
 /* Best first. */
 static const zg_isa zg_isas[] = {
 #ifdef ZGATE_HAVE_AVX512
-    {"avx512", zg_cpu_kernels_avx512},
+    {"avx512", zg_avx512_table, zg_runs_avx512},
 #else
-    {"avx512", NULL},
+    {"avx512", NULL, zg_runs_avx512},
 #endif
 #ifdef ZGATE_HAVE_AVX2
-    {"avx2", zg_cpu_kernels_avx2},
+    {"avx2", zg_cpu_kernels_avx2, zg_runs_avx2},
 #else
-    {"avx2", NULL},
+    {"avx2", NULL, zg_runs_avx2},
 #endif
 #ifdef ZGATE_HAVE_NEON
-    {"neon", zg_cpu_kernels_neon},
+    {"neon", zg_cpu_kernels_neon, zg_runs_neon},
 #else
-    {"neon", NULL},
+    {"neon", NULL, zg_runs_neon},
 #endif
-    {"scalar", zg_cpu_kernels_scalar},
+    {"scalar", zg_cpu_kernels_scalar, zg_runs_scalar},
 };
 #define ZG_NISAS ((int)(sizeof zg_isas / sizeof zg_isas[0]))
 
-static int zg_isa_runs_here(const char *name) {
-  const zg_features *f = zg_features_get();
-  if (strcmp(name, "avx2") == 0) return f->avx2 && f->fma && f->f16c;
-  if (strcmp(name, "avx512") == 0)
-    return f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c;
-  if (strcmp(name, "neon") == 0) return f->neon;
-  return strcmp(name, "scalar") == 0;
-}
-
-static int zg_isa_built(const char *name) {
-  for (int i = 0; i < ZG_NISAS; i++)
-    if (strcmp(name, zg_isas[i].name) == 0) return zg_isas[i].table != NULL;
-  return 0;
-}
-
-static const char *zg_why_unavailable(const char *name) {
-  return zg_isa_built(name) ? "built, but this CPU (or its OS) cannot run it"
-                            : "not built into this zgate";
-}
-
-/* ZGATE_OK and the table, or the reason there is none (without setting a message). */
-static int zg_lookup(const char *name, const zg_cpu_kernels **out) {
+/* ZGATE_OK and the table, or the reason there is none (without setting a message); *built
+ * says whether the name is a path this zgate has. */
+static int zg_lookup(const char *name, const zg_cpu_kernels **out, int *built) {
   *out = NULL;
+  *built = 0;
   for (int i = 0; i < ZG_NISAS; i++) {
     if (strcmp(name, zg_isas[i].name) != 0) continue;
-    if (!zg_isas[i].table || !zg_isa_runs_here(name)) return ZGATE_ERR_ISA_UNAVAILABLE;
+    *built = zg_isas[i].table != NULL;
+    if (!*built || !zg_isas[i].runs_here(zg_features_get())) return ZGATE_ERR_ISA_UNAVAILABLE;
     *out = zg_isas[i].table();
     return ZGATE_OK;
   }
   return ZGATE_ERR_OPTIONS;
 }
 
+static const char *zg_why_unavailable(int built) {
+  return built ? "built, but this CPU (or its OS) cannot run it" : "not built into this zgate";
+}
+
 /* ---- the process-wide choice ----------------------------------------------------------- */
 
 static struct {
   const zg_cpu_kernels *kernels; /* NULL when ZGATE_CPU_ISA forced something unusable */
-  int status;
+  int status, built;
   char env[32];                  /* the (truncated) value of ZGATE_CPU_ISA, for messages */
   char chosen[96];               /* what zgate_cpu_isa_chosen() reports */
 } zg_default;
@@ -179,7 +168,7 @@ static void zg_default_init(void) {
   const char *env = getenv("ZGATE_CPU_ISA");
   if (env && *env && strcmp(env, "auto") != 0) {
     snprintf(zg_default.env, sizeof zg_default.env, "%s", env);
-    zg_default.status = zg_lookup(env, &zg_default.kernels);
+    zg_default.status = zg_lookup(env, &zg_default.kernels, &zg_default.built);
     if (zg_default.kernels)
       snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
     else
@@ -189,32 +178,25 @@ static void zg_default_init(void) {
     return;
   }
   for (int i = 0; i < ZG_NISAS; i++)
-    if (zg_lookup(zg_isas[i].name, &zg_default.kernels) == ZGATE_OK) break;
+    if (zg_lookup(zg_isas[i].name, &zg_default.kernels, &zg_default.built) == ZGATE_OK) break;
   zg_default.status = ZGATE_OK;
   snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
 }
 
 static void zg_default_get(void) { pthread_once(&zg_default_once, zg_default_init); }
 
-const zg_cpu_kernels *zg_cpu_select(const char *isa) {
-  const zg_cpu_kernels *k;
-  if (isa) return zg_lookup(isa, &k) == ZGATE_OK ? k : NULL;
-  zg_default_get();
-  return zg_default.kernels;
-}
-
-int zg_cpu_check(const char *isa) {
-  const zg_cpu_kernels *k;
+int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
   if (isa) {
-    int st = zg_lookup(isa, &k);
+    int built, st = zg_lookup(isa, out, &built);
     if (st == ZGATE_ERR_OPTIONS)
       return zg_fail(st, "options: cpu_isa \"%.32s\" is unknown (scalar, avx2, avx512, neon)", isa);
     if (st)
-      return zg_fail(st, "options: cpu_isa \"%s\" is %s (built: %s)", isa,
-                     zg_why_unavailable(isa), zgate_cpu_isas_built());
+      return zg_fail(st, "options: cpu_isa \"%s\" is %s (built: %s)", isa, zg_why_unavailable(built),
+                     zgate_cpu_isas_built());
     return ZGATE_OK;
   }
   zg_default_get();
+  *out = zg_default.kernels;
   if (zg_default.status == ZGATE_ERR_OPTIONS)
     return zg_fail(ZGATE_ERR_OPTIONS,
                    "environment: ZGATE_CPU_ISA=\"%s\" is unknown (scalar, avx2, avx512, neon, auto)",
@@ -222,7 +204,7 @@ int zg_cpu_check(const char *isa) {
   if (zg_default.status)
     return zg_fail(zg_default.status,
                    "environment: ZGATE_CPU_ISA=\"%s\" forces a path that is %s (built: %s)",
-                   zg_default.env, zg_why_unavailable(zg_default.env), zgate_cpu_isas_built());
+                   zg_default.env, zg_why_unavailable(zg_default.built), zgate_cpu_isas_built());
   return ZGATE_OK;
 }
 
@@ -287,5 +269,6 @@ const char *zgate_cpu_isa_chosen(void) {
 
 int zgate_cpu_isa_available(const char *isa) {
   const zg_cpu_kernels *k;
-  return isa && zg_lookup(isa, &k) == ZGATE_OK;
+  int built;
+  return isa && zg_lookup(isa, &k, &built) == ZGATE_OK;
 }

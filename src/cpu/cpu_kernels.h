@@ -3,8 +3,9 @@
  * ZG_CPU_BLOCK elements, widens the inputs to float, runs the float kernel and narrows the
  * results into the outputs; where the path has a fused run kernel for the problem's one
  * dtype and rows are contiguous, it hands whole row pieces to that instead. One table per
- * ISA, each built in its own translation unit with its own flags; dispatch
- * (cpu_dispatch.c) picks one. */
+ * ISA: kernels_scalar.c, and kernels_simd.c compiled once per ISA with its own flags over
+ * its mapping header (vec_avx2.h, vec_avx512.h, vec_neon.h); dispatch (cpu_dispatch.c)
+ * resolves one per call. */
 #ifndef ZGATE_CPU_KERNELS_H
 #define ZGATE_CPU_KERNELS_H
 
@@ -113,22 +114,18 @@ ZG_PREFETCH_INLINE void zg_prefetch_ahead(const zg_run_next *next, const char *a
 /* What a run without a `next` uses (nothing follows). */
 static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0, 0};
 
-/* One per built ISA; NULL-returning stubs are never linked: dispatch knows what was built
- * from the ZGATE_HAVE_* macros. */
+/* One per built ISA; dispatch knows what was built from the ZGATE_HAVE_* macros. The
+ * _bf16 table is avx512's with the AVX512_BF16 bfloat16 runs (same results). */
 const zg_cpu_kernels *zg_cpu_kernels_scalar(void);
 const zg_cpu_kernels *zg_cpu_kernels_avx2(void);
 const zg_cpu_kernels *zg_cpu_kernels_avx512(void);
+const zg_cpu_kernels *zg_cpu_kernels_avx512_bf16(void);
 const zg_cpu_kernels *zg_cpu_kernels_neon(void);
 
-/* cpu_dispatch.c: the table for an ISA name (NULL name = process-wide choice, made once
- * from CPUID/XGETBV or ZGATE_CPU_ISA). Returns NULL when unavailable. */
-const zg_cpu_kernels *zg_cpu_select(const char *isa);
-/* Why zg_cpu_select(isa) would return NULL: ZGATE_OK when it would not, ZGATE_ERR_OPTIONS for
- * an unknown name, ZGATE_ERR_ISA_UNAVAILABLE for a path not built or not supported here
- * (message set). NULL isa = the process-wide choice (ZGATE_CPU_ISA may force one). */
-int zg_cpu_check(const char *isa);
-/* 1 when this CPU and OS support a feature, else 0. Names: "avx2", "fma", "f16c",
- * "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512bf16", "avx512fp16", "neon". */
-int zg_cpu_has(const char *feature);
+/* cpu_dispatch.c: the table for an ISA name (NULL = the process-wide choice, made once from
+ * CPUID/XGETBV or ZGATE_CPU_ISA), resolved once per call. ZGATE_OK and *out set, or
+ * ZGATE_ERR_OPTIONS for an unknown name, ZGATE_ERR_ISA_UNAVAILABLE for a path not built or
+ * not supported here (message set, *out NULL). */
+int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out);
 
 #endif /* ZGATE_CPU_KERNELS_H */

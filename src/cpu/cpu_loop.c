@@ -379,11 +379,8 @@ static void zg_store_fence(void) {
 }
 
 int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
-  const zg_cpu_kernels *k = zg_cpu_select(opts->cpu_isa);
-  if (!k) {
-    int st = zg_cpu_check(opts->cpu_isa);
-    return st ? st : zg_fail(ZGATE_ERR_INTERNAL, "cpu: no kernel table");
-  }
+  const zg_cpu_kernels *k = opts->cpu_kernels;
+  if (!k) return zg_fail(ZGATE_ERR_INTERNAL, "cpu: no kernel table");
   for (int t = 0; t < p->n_in + p->n_out; t++)
     if (p->t[t].dtype > ZG_BF16)
       return zg_fail(ZGATE_ERR_INTERNAL, "cpu: dtype %d reached the CPU backend", (int)p->t[t].dtype);

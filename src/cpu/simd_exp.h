@@ -1,5 +1,6 @@
-/* The exp recipe shared by the SIMD paths (kernels_avx2.c, kernels_avx512.c, kernels_neon.c).
- * ISA-agnostic: constants and the recipe only; each ISA writes it once with its intrinsics.
+/* The exp recipe of the SIMD paths (kernels_simd.c, compiled once per ISA).
+ * ISA-agnostic: constants and the recipe only; kernels_simd.c writes it once over the
+ * mapping headers (vec_avx2.h, vec_avx512.h, vec_neon.h).
  *
  * zg_exp_neg(x) = exp(x) for x <= 0 (the sigmoid only ever needs exp(-|z|)), NaN for NaN.
  *   1. x = max(x, ZG_EXP_LO): below -104.5 exp(x) < 2^-150 rounds to 0 anyway, and the clamp
@@ -44,9 +45,11 @@
  *   dz = (dout*o) * h with dout*o carried as a + alo (alo = fma(dout, o, -a)):
  *        dz = fma(a, h, alo*h)
  *   dout_scaled = (dout*z)*s, out = (o*z)*s        (the grouping of gate_math.h)
- *   lanes whose dz, dout_scaled or out come out inf or NaN are redone in double from the
- *   same s and 1 - s (a float32 intermediate can overflow where float64 does not, e.g.
- *   dout*z = inf times s = 0; inf/NaN inputs then follow the float64 formula exactly).
+ *   lanes whose dz, dout_scaled or out come out inf or NaN are recomputed by gate_math.h's
+ *   float64 formula on their inputs (a float32 intermediate can overflow where float64 does
+ *   not, e.g. dout*z = inf times s = 0, and float32's s is 0 below z ~ -103.97 where
+ *   float64's is not; inf/NaN inputs then follow the float64 formula exactly, NaN as the
+ *   default quiet NaN).
  */
 #ifndef ZGATE_SIMD_EXP_H
 #define ZGATE_SIMD_EXP_H

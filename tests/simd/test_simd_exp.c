@@ -1,5 +1,5 @@
-/* Register-level tests of one x86 SIMD path (kernels_avx2.c or kernels_avx512.c, picked by
- * ZG_TEST_AVX512 at build time; tests/simd/CMakeLists.txt builds one binary per path with
+/* Register-level tests of one x86 SIMD path (kernels_simd.c over vec_avx2.h or vec_avx512.h,
+ * picked by ZG_TEST_AVX512 at build time; tests/simd/CMakeLists.txt builds one binary per path with
  * that path's flags). The kernel file is included whole, so its static helpers are in reach:
  *   - the exp recipe of simd_exp.h on ~18M floats of [-104.5, 0] (all 1.12e9 with
  *     ZGATE_TEST_EXHAUSTIVE=1) against double exp: the
@@ -26,29 +26,31 @@
 #include "simd_test_support.h"
 
 #ifdef ZG_TEST_AVX512
-#include "cpu/kernels_avx512.c"
+#define ZG_VEC_AVX512 1
+#include "cpu/kernels_simd.c"
 #define VW 16
 typedef __m512 vf;
 static const char *isa_name = "avx512";
 static vf vload(const float *p) { return _mm512_loadu_ps(p); }
 static void vstore(float *p, vf v) { _mm512_storeu_ps(p, v); }
-static vf vexp(vf x, vf *lo) { return v16_exp_neg(x, lo); }
+static vf vexp(vf x, vf *lo) { return exp_neg(x, lo); }
 static void vsig(vf z, vf *s, vf *oms) {
-  vf lo, e = v16_exp_neg(_mm512_or_ps(z, _mm512_set1_ps(-0.0f)), &lo);
-  v16_sigmoid_pair(z, e, lo, s, oms);
+  vf lo, e = exp_neg(_mm512_or_ps(z, _mm512_set1_ps(-0.0f)), &lo);
+  sigmoid_pair(z, e, lo, s, oms);
 }
 static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx512(); }
 #else
-#include "cpu/kernels_avx2.c"
+#define ZG_VEC_AVX2 1
+#include "cpu/kernels_simd.c"
 #define VW 8
 typedef __m256 vf;
 static const char *isa_name = "avx2";
 static vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
-static vf vexp(vf x, vf *lo) { return v8_exp_neg(x, lo); }
+static vf vexp(vf x, vf *lo) { return exp_neg(x, lo); }
 static void vsig(vf z, vf *s, vf *oms) {
-  vf lo, e = v8_exp_neg(_mm256_or_ps(z, _mm256_set1_ps(-0.0f)), &lo);
-  v8_sigmoid_pair(z, e, lo, s, oms);
+  vf lo, e = exp_neg(_mm256_or_ps(z, _mm256_set1_ps(-0.0f)), &lo);
+  sigmoid_pair(z, e, lo, s, oms);
 }
 static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx2(); }
 #endif

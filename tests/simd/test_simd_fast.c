@@ -26,33 +26,38 @@
 #include "zgate_check.h"
 
 #ifdef ZG_TEST_AVX512
-#include "cpu/kernels_avx512.c"
+#define ZG_VEC_AVX512 1
+#include "cpu/kernels_simd.c"
 static const char *isa_name = "avx512";
-static const zg_cpu_kernels *table(void) { return &avx512_kernels; }
+static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx512(); }
 #define VW 16
 typedef __m512 vf;
 typedef __mmask16 VMASK;
-static VMASK vmask(int64_t rem) { return v16_mask(rem); }
+static VMASK vmask(int64_t rem) { return v_mask(rem); }
 static vf vmload(VMASK k, const float *p) { return _mm512_maskz_loadu_ps(k, p); }
 static void vmstore(VMASK k, float *p, vf v) { _mm512_mask_storeu_ps(p, k, v); }
-#define VBWD_FAST v16_bwd_fast
 #define BF16_OWN_RECIPE 1 /* the bfloat16 variant: fused bfloat16 runs differ from staging */
-#define VFWD_FAST v16_fwd_fast
 #else
-#include "cpu/kernels_avx2.c"
+#define ZG_VEC_AVX2 1
+#include "cpu/kernels_simd.c"
 static const char *isa_name = "avx2";
 static const zg_cpu_kernels *table(void) { return zg_cpu_kernels_avx2(); }
 #define VW 8
 typedef __m256 vf;
 typedef int64_t VMASK;
 static VMASK vmask(int64_t rem) { return rem; }
-static vf vmload(VMASK k, const float *p) { return v8_load_part(p, k); }
-static void vmstore(VMASK k, float *p, vf v) { v8_store_part(p, k, v); }
+static vf vmload(VMASK k, const float *p) { return v_ld_part(p, k); }
+static void vmstore(VMASK k, float *p, vf v) { v_st_part(p, k, v); }
 /* AVX2 has one fast recipe for both 16-bit types (simd_exp.h) */
-#define VBWD_FAST(bf, d, z, o, dz, dos) v8_bwd_fast(!(bf), d, z, o, dz, dos)
-#define VFWD_FAST(bf, o, z) v8_fwd_fast(o, z)
 #define BF16_OWN_RECIPE 1 /* fused bfloat16 runs skip the root test that bwd16 does */
 #endif
+/* the cheap recipe of kernels_simd.c; bf: the bfloat16 variant (no root test) */
+#define VBWD_FAST(bf, d, z, o, dz, dos) gate_fast(ZG_BWD, bf, d, z, o, dz, dos)
+static vf VFWD_FAST(int bf, vf o, vf z) {
+  vf r0, r1;
+  gate_fast(ZG_FWD, bf, o, z, z, &r0, &r1);
+  return r0;
+}
 
 
 enum { NN = 1 << 20 };
@@ -337,7 +342,7 @@ static void test_fused_runs(void **state) {
   check_runs(k, "table");
 #ifdef ZG_TEST_AVX512
   if (__builtin_cpu_supports("avx512bf16")) {
-    check_runs(&avx512_bf16_kernels, "AVX512_BF16 table");
+    check_runs(zg_cpu_kernels_avx512_bf16(), "AVX512_BF16 table");
     /* and its bfloat16 run gives the integer-rounding run's bits, specials included */
     uint16_t *in = malloc(3 * RN * 2), *a = malloc(2 * RN * 2), *b = malloc(2 * RN * 2);
     assert_non_null(b);
@@ -346,8 +351,8 @@ static void test_fused_runs(void **state) {
       if (rep % 2) /* results in float32's subnormal range: z far below -87 */
         for (int64_t i = 0; i < RN; i++) in[RN + i] = zg_f32_to_bf16((float)unif(-104, -86));
       int64_t off = (int64_t)(next_u64() % 32);
-      avx512_kernels.bwd_run[ZG_BF16](a, a + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
-      avx512_bf16_kernels.bwd_run[ZG_BF16](b, b + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
+      zg_cpu_kernels_avx512()->bwd_run[ZG_BF16](a, a + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
+      zg_cpu_kernels_avx512_bf16()->bwd_run[ZG_BF16](b, b + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
       assert_same(ZG_BF16, a, b, RN - off);
       assert_same(ZG_BF16, a + RN, b + RN, RN - off);
     }

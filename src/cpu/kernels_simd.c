@@ -1,0 +1,560 @@
+/* The SIMD CPU path, written once: the exp, sigmoid, backward and forward recipes, their
+ * chunk loops, tails, fix-ups, conversions and fused runs. CMake compiles this file once per
+ * ISA with that ISA's flags and one of ZG_VEC_AVX2, ZG_VEC_AVX512, ZG_VEC_NEON defined, which
+ * selects the mapping header (vec_<isa>.h: inline wrappers over the intrinsics, plus hooks
+ * for what only one ISA has). Everything is static except the table getter, whose name
+ * carries the ISA (zg_cpu_kernels_avx2, ...).
+ *
+ * The recipes are documented in simd_exp.h: the accurate one for float32 outputs (bwd, fwd,
+ * the float32 fused runs), the cheap one when every output is 16-bit (bwd16, fwd16 and the
+ * float16/bfloat16 fused runs, where the mapping has VEC_HAS_FAST). AVX2 and NEON use the
+ * same operations in the same order and give the same bits; AVX-512 takes 1/(1 + e) from
+ * rcp14 and 2^k from scalef (the same bound, not always the same bits).
+ *
+ * Every element goes through the same vector code (tails are masked or run on a zero-padded
+ * copy), so a result never depends on where a block or a run starts or ends: any thread
+ * count gives the same bits. Lanes whose result comes out inf or NaN, and in the cheap
+ * recipe lanes near the root of 1 + z(1 - s), are recomputed by gate_math.h's float64
+ * formula on their inputs (zg_gate_bwd_f32 / zg_gate_fwd_f32), the same function the scalar
+ * path uses: every NaN result of every CPU path is the default quiet NaN 0x7fc00000. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../gate_math.h"
+#include "cpu_kernels.h"
+#include "simd_exp.h"
+
+#if defined(ZG_VEC_AVX2)
+#include "vec_avx2.h"
+#elif defined(ZG_VEC_AVX512)
+#include "vec_avx512.h"
+#elif defined(ZG_VEC_NEON)
+#include "vec_neon.h"
+#else
+#error "kernels_simd.c: define ZG_VEC_AVX2, ZG_VEC_AVX512 or ZG_VEC_NEON"
+#endif
+
+#define ZG_INLINE static inline __attribute__((always_inline))
+#define ZG_PASTE2(a, b) a##b
+#define ZG_PASTE(a, b) ZG_PASTE2(a, b)
+
+/* ---- the accurate exp and sigmoid (simd_exp.h, steps 1-5) -------------------------------- */
+
+/* p * 2^k for x's k (j from the shifter: its low mantissa bits hold 2^22 + k). One scale
+ * when every result is normal; else 2^k1 * 2^k2 with k1 = floor(k/2) (step 5). Both give
+ * the same bits where both apply. AVX-512: scalef, one rounding for all results. */
+ZG_INLINE V exp_scale(V p, V j, V k, int split) {
+#if VEC_HAS_AVX512
+  (void)j;
+  (void)split;
+  return v_scalef(p, k);
+#else
+  (void)k;
+  const VI bias = vi_set1(127);
+  if (!split) return v_mul(p, v_from_bits(vi_exp_field(vi_add(v_bits(j), bias))));
+  VI ki = vi_sub(v_bits(j), v_bits(v_set1(0x1.8p23f)));
+  VI k1 = vi_half(ki);
+  VI k2 = vi_sub(ki, k1);
+  return v_mul(v_mul(p, v_from_bits(vi_exp_field(vi_add(k1, bias)))), v_from_bits(vi_exp_field(vi_add(k2, bias))));
+#endif
+}
+
+/* p + plo = exp(r) for |r| <= ln2/2, given k: steps 3-4. plo is p's rounding error. */
+ZG_INLINE V exp_core(V x, V k, V *plo) {
+  V r1 = v_fnma(k, v_set1(ZG_EXP_LN2_HI), x); /* exact */
+  V r = v_fnma(k, v_set1(ZG_EXP_LN2_LO), r1);
+  V c = v_fnma(k, v_set1(ZG_EXP_LN2_LO), v_sub(r1, r)); /* r's rounding */
+  /* Q by Estrin: a short dependency chain (the out-of-order window limits these loops) */
+  V r2 = v_mul(r, r);
+  V q01 = v_fma(v_set1(ZG_EXP_Q1), r, v_set1(ZG_EXP_Q0));
+  V q23 = v_fma(v_set1(ZG_EXP_Q3), r, v_set1(ZG_EXP_Q2));
+  V q45 = v_fma(v_set1(ZG_EXP_Q5), r, v_set1(ZG_EXP_Q4));
+  V q = v_fma(v_mul(r2, r2), q45, v_fma(r2, q23, q01));
+  /* p = (1 + r) + (r^2 q + c), with 1 + r split exactly (Fast2Sum) so p rounds once */
+  const V one = v_set1(1.0f);
+  V hi = v_add(one, r);
+  V lo = v_add(v_sub(one, hi), r);
+  V u = v_add(v_fma(r2, q, c), lo);
+  V p = v_add(hi, u);
+  *plo = v_add(v_sub(hi, p), u);
+  return p;
+}
+
+/* e + elo = exp(x) for x <= 0 or NaN: e alone within 0.69 ulp (0.78 for subnormal results),
+ * elo its rounding error scaled (simd_exp.h). The max passes a NaN x through. */
+ZG_INLINE V exp_neg(V x, V *elo) {
+  const V shifter = v_set1(0x1.8p23f);
+  x = v_max(v_set1(ZG_EXP_LO), x);
+  V j = v_fma(x, v_set1(ZG_EXP_LOG2E), shifter);
+  V k = v_sub(j, shifter);
+  V plo, p = exp_core(x, k, &plo);
+  int split = v_lt_bits(x, v_set1(-87.0f)) != 0;
+  *elo = exp_scale(plo, j, k, split); /* 0 once e is subnormal: fine */
+  return exp_scale(p, j, k, split);
+}
+
+/* s = sigmoid(z) and oms = 1 - s from e + elo = exp(-|z|), each rounded once, without
+ * cancellation: r = 1/(1 + E) and E*r, each a rounded leading term plus an fma-computed
+ * correction. AVX-512 starts r from rcp14 (within 2^-14): res is then r's error, and
+ * r(1 + res) misses 1/(1+E) by about res^2 <= 2^-28 before its own rounding. */
+ZG_INLINE void sigmoid_pair(V z, V e, V elo, V *s, V *oms) {
+  const V one = v_set1(1.0f);
+  V d = v_add(one, e);
+  V dlo = v_add(v_sub(e, v_sub(d, one)), elo); /* 1 + E = d + dlo */
+#if VEC_HAS_AVX512
+  V r = v_rcp14(d);
+#else
+  V r = v_div(one, d);
+#endif
+  V res = v_fnma(r, dlo, v_fnma(r, d, one)); /* 1 - r(d + dlo) */
+  V er = v_mul(e, r);
+  V erlo = v_fma(elo, r, v_fms(e, r, er)); /* E*r - er */
+  V r_c = v_fma(r, res, r);
+  V er_c = v_add(er, v_fma(er, res, erlo));
+  /* z < 0 (and -0, where both are 1/2) takes e*r */
+  *s = v_sel_neg(z, er_c, r_c);
+  *oms = v_sel_neg(z, r_c, er_c);
+}
+
+/* ---- the one fix-up ------------------------------------------------------------------------
+ * Lanes set in m0 (first output: dz or out) and m1 (dout_scaled) get gate_math.h's float64
+ * formula on their inputs, rounded once (zg_gate_bwd_f32 / zg_gate_fwd_f32, NaN as the
+ * default quiet NaN). A float32 intermediate can overflow or underflow where float64 does
+ * not (dout*z = inf times s = 0; s = 0 below z ~ -103.97 times an infinite dout or o), so
+ * this is what makes inf/NaN inputs and such products follow the formula. Rare: out of line
+ * and by value, so the hot loops keep their registers. x0, x1, x2 are the op's inputs in the
+ * order of its parameters (bwd: dout, z, o; fwd: o, z). */
+enum { ZG_BWD = 0, ZG_FWD = 1 };
+
+__attribute__((noinline, cold)) static void gate_fix(int op, unsigned m0, unsigned m1, V x0, V x1, V x2,
+                                                     V *r0, V *r1) {
+  float a[VL], b[VL], c[VL], p[VL], q[VL];
+  v_st(a, x0);
+  v_st(b, x1);
+  v_st(c, x2);
+  v_st(p, *r0);
+  v_st(q, *r1);
+  for (int j = 0; j < VL; j++) {
+    float f0, f1 = 0.0f;
+    if (!(((m0 | m1) >> j) & 1u)) continue;
+    if (op == ZG_BWD) zg_gate_bwd_f32(a[j], b[j], c[j], &f0, &f1);
+    else f0 = zg_gate_fwd_f32(a[j], b[j]);
+    if ((m0 >> j) & 1u) p[j] = f0;
+    if ((m1 >> j) & 1u) q[j] = f1;
+  }
+  *r0 = v_ld(p);
+  *r1 = v_ld(q);
+}
+
+/* ---- the accurate recipe: one vector -------------------------------------------------------
+ * bwd: dz = (dout*o) * h, h = s*(1 + z*(1-s)) as fma(s*z, 1-s, s) (one rounding), dout*o
+ * carried as a + alo (alo = fma(dout, o, -a)); dos = (dout*z)*s. fwd: out = (o*z)*s.
+ * With fix = 0 the results are only flagged (*flag turns NaN when a lane came out inf or NaN)
+ * and the caller redoes the chunk with fix = 1: one test per chunk instead of per vector. */
+ZG_INLINE void gate_acc(int op, V x0, V x1, V x2, V e, V elo, V *r0, V *r1, V *flag, int fix) {
+  V s, oms, a0, a1 = v_zero(), chk;
+  sigmoid_pair(x1, e, elo, &s, &oms);
+  if (op == ZG_BWD) {
+    V h = v_fma(v_mul(s, x1), oms, s);
+    V a = v_mul(x0, x2);
+    V alo = v_fms(x0, x2, a);
+    a0 = v_fma(a, h, v_mul(alo, h));
+    a1 = v_mul(v_mul(x0, x1), s);
+    chk = v_add(a0, a1); /* a sum can only add false alarms */
+  } else {
+    a0 = v_mul(v_mul(x0, x1), s);
+    chk = a0;
+  }
+  if (!fix)
+    *flag = v_fma(chk, v_zero(), *flag);
+  else if (v_nonfinite_bits(chk))
+    gate_fix(op, v_nonfinite_bits(a0), op == ZG_BWD ? v_nonfinite_bits(a1) : 0u, x0, x1, x2, &a0, &a1);
+  *r0 = a0;
+  *r1 = a1;
+}
+
+/* The math runs in two passes over chunks of VEC_CHUNK elements: exp first, into a small
+ * buffer, then the rest. One pass chains ~90 cycles of latency per vector and the
+ * out-of-order window cannot overlap enough vectors to hide it; two shorter chains run
+ * about 1.6x faster on x86 (docs/perf-notes.md). */
+ZG_INLINE void exp_pass(float *e, float *elo, const float *z, int64_t m) {
+  for (int64_t j = 0; j < m; j += VL) {
+    V lo, v = exp_neg(v_negabs(v_ld_part(z + j, m - j)), &lo);
+    v_st(e + j, v);
+    v_st(elo + j, lo);
+  }
+}
+
+/* Inputs of one vector at element i (fwd has two: x2 is not read). */
+#define ZG_LD3(op, in, i, rem, x0, x1, x2)                                               \
+  V x0 = v_ld_part((in)[0] + (i), rem), x1 = v_ld_part((in)[1] + (i), rem),              \
+    x2 = (op) == ZG_BWD ? v_ld_part((in)[2] + (i), rem) : x1
+
+/* The product pass over one chunk of m elements; returns the flag (only with fix = 0). */
+ZG_INLINE V acc_chunk(int op, float *const *out, const float *const *in, const float *e,
+                      const float *elo, int64_t m, int fix) {
+  V flag = v_zero();
+  for (int64_t j = 0; j < m; j += VL) {
+    V r0, r1;
+    ZG_LD3(op, in, j, m - j, x0, x1, x2);
+    gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, fix);
+    v_st_part(out[0] + j, m - j, r0);
+    if (op == ZG_BWD) v_st_part(out[1] + j, m - j, r1);
+  }
+  return flag;
+}
+
+/* The float kernels (cpu_kernels.h zg_bwd_fn / zg_fwd_fn): outputs never alias inputs, so a
+ * chunk with an inf/NaN lane can be redone from its inputs. */
+ZG_INLINE void acc_kernel(int op, float *o0, float *o1, const float *i0, const float *i1,
+                          const float *i2, int64_t n) {
+  _Alignas(64) float e[VEC_CHUNK], elo[VEC_CHUNK];
+  for (int64_t i = 0; i < n; i += VEC_CHUNK) {
+    int64_t m = n - i < VEC_CHUNK ? n - i : VEC_CHUNK;
+    float *out[2] = {o0 + i, o1 ? o1 + i : 0};
+    const float *in[3] = {i0 + i, i1 + i, i2 ? i2 + i : 0};
+    exp_pass(e, elo, in[1], m);
+    if (v_nonfinite_bits(acc_chunk(op, out, in, e, elo, m, 0))) acc_chunk(op, out, in, e, elo, m, 1);
+  }
+}
+
+/* The float kernels of the table (zg_bwd_fn / zg_fwd_fn) over one of the recipes. */
+#define ZG_KERNEL_FNS(sfx, IMPL)                                                                  \
+  static void bwd##sfx(float *dz, float *dos, const float *dout, const float *z, const float *o, \
+                       int64_t n) {                                                              \
+    IMPL(ZG_BWD, dz, dos, dout, z, o, n);                                                        \
+  }                                                                                              \
+  static void fwd##sfx(float *out, const float *o, const float *z, int64_t n) {                  \
+    IMPL(ZG_FWD, out, 0, o, z, 0, n);                                                            \
+  }
+ZG_KERNEL_FNS(_kernel, acc_kernel)
+
+/* ---- loads and stores of the staged path ---------------------------------------------------
+ * Conversions are exact (float16 and bfloat16 widen exactly; narrowing is round to nearest
+ * even, NaN kept quiet), so these give gate_math.h's bits whatever instructions they use.
+ * No fence here: cpu_loop.c issues one sfence per thread after its last store of the call. */
+
+ZG_INLINE V ld_dt(int dt, const void *base, int64_t i, int64_t rem) {
+  if (dt == ZG_F32) return v_ld_part((const float *)base + i, rem);
+  const uint16_t *p = (const uint16_t *)base + i;
+  if (rem >= VL) return v_ld_h(dt, p);
+  uint16_t t[VL] = {0};
+  memcpy(t, p, (size_t)rem * 2);
+  return v_ld_h(dt, t);
+}
+
+ZG_INLINE void st_dt(int dt, void *base, int64_t i, int64_t rem, V a, int nt) {
+  if (dt == ZG_F32) {
+    if (rem >= VL && nt) v_stream((float *)base + i, a);
+    else v_st_part((float *)base + i, rem, a);
+    return;
+  }
+  uint16_t *p = (uint16_t *)base + i, t[VL];
+  if (rem >= VL) {
+    v_st_h(dt, p, a, nt);
+    return;
+  }
+  v_st_h(dt, t, a, 0);
+  memcpy(p, t, (size_t)rem * 2);
+}
+
+ZG_INLINE void load_dt(int dt, float *dst, const void *src, int64_t n, int64_t stride) {
+  if (stride != 1) {
+    const uint16_t *h = (const uint16_t *)src;
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = dt == ZG_F32 ? ((const float *)src)[i * stride]
+             : dt == ZG_F16 ? v_h2f_1(h[i * stride]) : zg_bf16_to_f32(h[i * stride]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i += VL) v_st_part(dst + i, n - i, ld_dt(dt, src, i, n - i));
+}
+
+/* Elements to store normally before dst + head is 64-byte aligned (a whole cache line per
+ * run of non-temporal stores, so write-combining flushes full lines). */
+static inline int64_t head_to_line(const void *dst, int64_t elem_size, int64_t n) {
+  int64_t h = (int64_t)((64u - ((uintptr_t)dst & 63u)) & 63u) / elem_size;
+  return h < n ? h : n;
+}
+
+ZG_INLINE void store_dt(int dt, void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
+  int64_t i = 0;
+  if (stride != 1) {
+    uint16_t *h = (uint16_t *)dst;
+    for (; i < n; i++) {
+      if (dt == ZG_F32) ((float *)dst)[i * stride] = src[i];
+      else h[i * stride] = dt == ZG_F16 ? v_f2h_1(src[i]) : zg_f32_to_bf16(src[i]);
+    }
+    return;
+  }
+#if VEC_HAS_STREAM
+  if (streaming) {
+    int64_t h = head_to_line(dst, dt == ZG_F32 ? 4 : 2, n);
+    for (; i < h; i += VL) st_dt(dt, dst, i, h - i, v_ld_part(src + i, h - i), 0);
+    for (i = h; i + VL <= n; i += VL) st_dt(dt, dst, i, VL, v_ld(src + i), 1);
+  }
+#else
+  (void)streaming;
+#endif
+  for (; i < n; i += VL) st_dt(dt, dst, i, n - i, v_ld_part(src + i, n - i), 0);
+}
+
+#define ZG_DTYPE_FNS(sfx, DT)                                                                    \
+  static void load_##sfx(float *dst, const void *src, int64_t n, int64_t stride) {              \
+    load_dt(DT, dst, src, n, stride);                                                            \
+  }                                                                                              \
+  static void store_##sfx(void *dst, const float *src, int64_t n, int64_t stride, int streaming) { \
+    store_dt(DT, dst, src, n, stride, streaming);                                                \
+  }
+ZG_DTYPE_FNS(f32, ZG_F32)
+ZG_DTYPE_FNS(f16, ZG_F16)
+ZG_DTYPE_FNS(bf16, ZG_BF16)
+
+/* ---- fused runs: shared pieces ---------------------------------------------------------- */
+
+static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
+
+/* The head of a run that streams: elements up to the line of the first streamed output
+ * (dz or out when bit 0 is set, else dout_scaled); nt0 / nt1 whether each output streams. */
+ZG_INLINE int64_t run_head(int streaming, char *const *out, int64_t es, int64_t n, int *nt0, int *nt1) {
+  int64_t head = streaming ? head_to_line((streaming & 1) ? out[0] : out[1], es, n) : 0;
+  *nt0 = (streaming & 1) && line_aligned(out[0] + head * es);
+  *nt1 = (streaming & 2) && line_aligned(out[1] + head * es);
+  return head;
+}
+
+/* float32 runs: the accurate recipe (two passes per chunk, as acc_kernel), outputs written
+ * straight from registers, non-temporal when streaming; inf/NaN checked per vector (a chunk
+ * cannot be redone in place: dout_scaled may already have overwritten dout). */
+ZG_INLINE void run_acc(int op, char *const *out, const char *const *in, int64_t n, int streaming,
+                       const zg_run_next *next) {
+  int nt0, nt1;
+  const int64_t head = run_head(streaming, out, 4, n, &nt0, &nt1), pf = zg_cpu_prefetch();
+  if (!next) next = &zg_run_next_none;
+  float *o0 = (float *)out[0], *o1 = (float *)out[1];
+  const float *fin[3] = {(const float *)in[0], (const float *)in[1], (const float *)in[2]};
+  _Alignas(64) float e[VEC_CHUNK], elo[VEC_CHUNK];
+  for (int64_t i = 0; i < n;) {
+    int64_t m = i < head ? head - i : n - i;
+    if (m > VEC_CHUNK) m = VEC_CHUNK;
+    if (pf)
+      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
+        zg_prefetch_ahead(next, in[0], in[1], in[2], (i + q) * 4 + pf, n * 4, 64);
+    exp_pass(e, elo, fin[1] + i, m);
+    for (int64_t j = 0; j < m; j += VL) {
+      V r0, r1, flag = v_zero();
+      ZG_LD3(op, fin, i + j, m - j, x0, x1, x2);
+      gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, 1);
+      if (i >= head && m - j >= VL) {
+        if (nt0) v_stream(o0 + i + j, r0);
+        else v_st(o0 + i + j, r0);
+        if (op == ZG_BWD && nt1) v_stream(o1 + i + j, r1);
+        else if (op == ZG_BWD) v_st(o1 + i + j, r1);
+      } else {
+        v_st_part(o0 + i + j, m - j, r0);
+        if (op == ZG_BWD) v_st_part(o1 + i + j, m - j, r1);
+      }
+    }
+    i += m;
+  }
+}
+
+#if VEC_HAS_FAST
+/* ---- the cheap recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ----
+ * bf selects the bfloat16 variant, a constant at every call site: on AVX-512 the exp's
+ * degree-4 polynomial, rcp14 without the Newton step and t = (d + z w) r; on every ISA it
+ * drops the root test (bfloat16 runs: a bfloat16 z is never within 2.8e-3 of the root). */
+
+/* exp(-|z|) (NaN for NaN). AVX2: Cody-Waite, the degree-5 polynomial F, 2^k as exp_scale;
+ * within ~1.7e-7 relative for normal results. AVX-512: y = -|z| log2(e), f = y - round(y)
+ * by VREDUCEPS, 2^f by G (or H with bf), scalef; no clamp needed (y = -inf gives f = 0 and
+ * scalef(p, -inf) = 0). */
+ZG_INLINE V exp_fast(V z, int bf) {
+  const V one = v_set1(1.0f);
+#if VEC_HAS_AVX512
+  V y = v_mul(v_negabs(z), v_set1(ZG_EXP_LOG2E));
+  V f = v_reduce(y);
+  V k = v_sub(y, f); /* round(y), exact */
+  V p;
+  if (bf) {
+    p = v_fma(v_set1(ZG_EXP2_H4), f, v_set1(ZG_EXP2_H3));
+    p = v_fma(p, f, v_set1(ZG_EXP2_H2));
+    p = v_fma(p, f, v_set1(ZG_EXP2_H1));
+  } else {
+    p = v_fma(v_set1(ZG_EXP2_G5), f, v_set1(ZG_EXP2_G4));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G3));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G2));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G1));
+  }
+  return v_scalef(v_fma(p, f, one), k);
+#else
+  (void)bf;
+  const V shifter = v_set1(0x1.8p23f);
+  V x = v_max(v_set1(ZG_EXP_LO), v_negabs(z));
+  V j = v_fma(x, v_set1(ZG_EXP_LOG2E), shifter);
+  V k = v_sub(j, shifter);
+  V r = v_fnma(k, v_set1(ZG_EXP_LN2_LO), v_fnma(k, v_set1(ZG_EXP_LN2_HI), x));
+  V p = v_fma(v_set1(ZG_EXP_F5), r, v_set1(ZG_EXP_F4));
+  p = v_fma(p, r, v_set1(ZG_EXP_F3));
+  p = v_fma(p, r, v_set1(ZG_EXP_F2));
+  p = v_fma(p, r, v_set1(ZG_EXP_F1));
+  return exp_scale(v_fma(p, r, one), j, k, v_lt_bits(x, v_set1(-87.0f)) != 0);
+#endif
+}
+
+/* s, 1 - s and t = 1 + z(1 - s). r = 1/(1 + E): AVX2 a division (1/2 exactly at z = 0,
+ * where test_special wants dz = dout*o*s exact), AVX-512 rcp14 and one Newton step (none
+ * with bf). t = (d + z w) r with w = 1 for z < 0, E for z >= 0 (at the root only d's
+ * rounding and E's error reach t), except AVX-512 without bf: fma(z, 1 - s, 1). */
+ZG_INLINE void sigmoid_fast(int bf, V z, V *s, V *oms, V *t) {
+  const V one = v_set1(1.0f);
+  V e = exp_fast(z, bf);
+  V d = v_add(one, e);
+#if VEC_HAS_AVX512
+  V r = v_rcp14(d);
+  if (!bf) r = v_fma(r, v_fnma(d, r, one), r);
+#else
+  V r = v_div(one, d);
+#endif
+  V er = v_mul(e, r);
+  *s = v_sel_neg(z, er, r);
+  *oms = v_sel_neg(z, r, er);
+  if (VEC_HAS_AVX512 && !bf) *t = v_fma(z, *oms, one);
+  else *t = v_mul(v_fma(z, v_sel_neg(z, one, e), d), r);
+}
+
+/* dz = (dout*o) * (s*t), dos = (dout*z) * s, out = (o*z) * s: the products of two inputs
+ * first (simd_exp.h). Lanes with an inf or NaN result, and for bwd without bf those with
+ * |t| < 2^-6 (z within ~1e-8 of the root makes t smaller than its error), go to gate_fix. */
+ZG_INLINE void gate_fast(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
+  V s, oms, t, a0, a1 = v_zero(), chk;
+  sigmoid_fast(bf, x1, &s, &oms, &t);
+  if (op == ZG_BWD) {
+    a0 = v_mul(v_mul(x0, x2), v_mul(s, t));
+    a1 = v_mul(v_mul(x0, x1), s);
+    chk = v_add(a0, a1);
+  } else {
+    a0 = v_mul(v_mul(x0, x1), s);
+    chk = a0;
+  }
+  unsigned bad = v_nonfinite_bits(chk);
+  if (op == ZG_BWD && !bf) bad |= v_lt_bits(v_abs(t), v_set1(0x1p-6f));
+  if (__builtin_expect(bad != 0, 0)) gate_fix(op, bad, bad, x0, x1, x2, &a0, &a1);
+  *r0 = a0;
+  *r1 = a1;
+}
+
+/* Staged float kernels with the cheap recipe (table entries bwd16 / fwd16). */
+ZG_INLINE void fast_kernel(int op, float *o0, float *o1, const float *i0, const float *i1,
+                           const float *i2, int64_t n) {
+  const float *in[3] = {i0, i1, i2};
+  for (int64_t j = 0; j < n; j += VL) {
+    V r0, r1;
+    ZG_LD3(op, in, j, n - j, x0, x1, x2);
+    gate_fast(op, 0, x0, x1, x2, &r0, &r1);
+    v_st_part(o0 + j, n - j, r0);
+    if (op == ZG_BWD) v_st_part(o1 + j, n - j, r1);
+  }
+}
+ZG_KERNEL_FNS(16_kernel, fast_kernel)
+
+/* 16-bit fused runs: 2*VL elements per step, widened and narrowed in registers (the
+ * mapping's v2_ld_run / v2_st_run; with cvt, AVX512_BF16's narrowing). */
+ZG_INLINE void fast_step(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t at,
+                         int nt0, int nt1) {
+  V2 x0 = v2_ld_run(dt, in[0] + at), x1 = v2_ld_run(dt, in[1] + at);
+  V2 x2 = op == ZG_BWD ? v2_ld_run(dt, in[2] + at) : x1, r0, r1;
+  gate_fast(op, dt == ZG_BF16, x0.a, x1.a, x2.a, &r0.a, &r1.a);
+  gate_fast(op, dt == ZG_BF16, x0.b, x1.b, x2.b, &r0.b, &r1.b);
+  for (int k = 0; k < (op == ZG_BWD ? 2 : 1); k++) {
+#if VEC_HAS_BF16CVT
+    if (cvt) {
+      v2_st_run_bf16cvt(out[k] + at, k ? r1 : r0, k ? nt1 : nt0);
+      continue;
+    }
+#endif
+    (void)cvt;
+    v2_st_run(dt, out[k] + at, k ? r1 : r0, k ? nt1 : nt0);
+  }
+}
+
+/* Fewer than 2*VL elements through zero-filled buffers (the unused lanes compute harmlessly). */
+ZG_INLINE void fast_part(int op, int dt, char *const *out, const char *const *in, int64_t at, int64_t m) {
+  _Alignas(64) char b[5][4 * VL] = {{0}};
+  char *bout[2] = {b[3], b[4]};
+  const char *bin[3] = {b[0], b[1], b[2]};
+  const int no = op == ZG_BWD ? 2 : 1;
+  for (int t = 0; t < 3 - op; t++) memcpy(b[t], in[t] + at, (size_t)(m * 2));
+  fast_step(op, dt, 0, bout, bin, 0, 0, 0);
+  for (int k = 0; k < no; k++) memcpy(out[k] + at, bout[k], (size_t)(m * 2));
+}
+
+ZG_INLINE void run_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t n,
+                        int streaming, const zg_run_next *next) {
+  const int64_t es = 2, step = 2 * VL;
+  int nt0, nt1;
+  const int64_t head = run_head(streaming, out, es, n, &nt0, &nt1), pf = zg_cpu_prefetch();
+  if (!next) next = &zg_run_next_none;
+  int64_t i = 0;
+  for (; i < head; i += step) fast_part(op, dt, out, in, i * es, head - i < step ? head - i : step);
+  for (i = head; i + step <= n; i += step) {
+    if (pf) zg_prefetch_ahead(next, in[0], in[1], in[2], i * es + pf, n * es, step * es);
+    fast_step(op, dt, cvt, out, in, i * es, nt0, nt1);
+  }
+  if (i < n) fast_part(op, dt, out, in, i * es, n - i);
+}
+#endif /* VEC_HAS_FAST */
+
+/* The run kernels of cpu_kernels.h (zg_bwd_run_fn / zg_fwd_run_fn), one pair per dtype. */
+#define ZG_RUN_FNS(sfx, ATTR, CALL)                                                              \
+  ATTR static void bwd_run_##sfx(void *dz, void *dos, const void *dout, const void *z, const void *o, \
+                                 int64_t n, int streaming, const zg_run_next *next) {            \
+    char *out[2] = {dz, dos};                                                                    \
+    const char *in[3] = {dout, z, o};                                                            \
+    CALL(ZG_BWD);                                                                                \
+  }                                                                                              \
+  ATTR static void fwd_run_##sfx(void *dst, const void *o, const void *z, int64_t n, int streaming, \
+                                 const zg_run_next *next) {                                      \
+    char *out[2] = {dst, 0};                                                                     \
+    const char *in[3] = {o, z, 0};                                                               \
+    CALL(ZG_FWD);                                                                                \
+  }
+#define ZG_NOATTR
+#if VEC_HAS_FAST
+#define ZG_CALL_ACC(op) run_acc(op, out, in, n, streaming, next)
+#define ZG_CALL_F16(op) run_fast(op, ZG_F16, 0, out, in, n, streaming, next)
+#define ZG_CALL_BF16(op) run_fast(op, ZG_BF16, 0, out, in, n, streaming, next)
+ZG_RUN_FNS(f32, ZG_NOATTR, ZG_CALL_ACC)
+ZG_RUN_FNS(f16, ZG_NOATTR, ZG_CALL_F16)
+ZG_RUN_FNS(bf16, ZG_NOATTR, ZG_CALL_BF16)
+#if VEC_HAS_BF16CVT
+#define ZG_CALL_BF16CVT(op) run_fast(op, ZG_BF16, 1, out, in, n, streaming, next)
+ZG_RUN_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
+#endif
+
+/* The loop driver's shared output lines (cpu_kernels.h, cpu_loop.c step 5). */
+static void stream_line(void *dst, const void *src) { v_stream_line(dst, src); }
+#endif
+
+/* ---- the tables --------------------------------------------------------------------------- */
+
+#if VEC_HAS_FAST
+#define ZG_TABLE(BF16_RUN)                                                                       \
+  {VEC_NAME,         {load_f32, load_f16, load_bf16},       {store_f32, store_f16, store_bf16}, \
+   bwd_kernel,       fwd_kernel,                            bwd16_kernel,                       \
+   fwd16_kernel,     {bwd_run_f32, bwd_run_f16, bwd_run_##BF16_RUN},                           \
+   {fwd_run_f32, fwd_run_f16, fwd_run_##BF16_RUN},          stream_line}
+#else /* staged only; 16-bit outputs take the float kernels; streaming is ignored */
+#define ZG_TABLE(BF16_RUN)                                                                       \
+  {VEC_NAME, {load_f32, load_f16, load_bf16}, {store_f32, store_f16, store_bf16}, bwd_kernel,   \
+   fwd_kernel, NULL, NULL, {NULL, NULL, NULL}, {NULL, NULL, NULL}, NULL}
+#endif
+
+static const zg_cpu_kernels simd_kernels = ZG_TABLE(bf16);
+const zg_cpu_kernels *ZG_PASTE(zg_cpu_kernels_, VEC_ISA)(void) { return &simd_kernels; }
+
+#if VEC_HAS_BF16CVT
+/* The same table with the AVX512_BF16 bfloat16 runs (same results, fewer instructions);
+ * cpu_dispatch.c picks it when the CPU has AVX512_BF16. */
+static const zg_cpu_kernels simd_kernels_bf16 = ZG_TABLE(bf16_cvt);
+const zg_cpu_kernels *ZG_PASTE(ZG_PASTE(zg_cpu_kernels_, VEC_ISA), _bf16)(void) { return &simd_kernels_bf16; }
+#endif
