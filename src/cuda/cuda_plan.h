@@ -27,11 +27,6 @@ static inline FastDiv fastdiv_make(uint64_t d) {
   return f;
 }
 
-static inline uint32_t fastdiv_host(uint32_t x, FastDiv f) {
-  uint32_t hi = (uint32_t)(((uint64_t)x * f.m) >> 32);
-  return (uint32_t)(((uint64_t)hi + x) >> f.s);
-}
-
 enum { MAX_T = 5 };
 
 /* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
