@@ -155,9 +155,10 @@ def _gpu_arrays(framework, host):
 
 @pytest.mark.parametrize("framework", ["cupy", "jax"])
 def test_gpu_producers_give_versioned_capsules(rng, framework, monkeypatch):
-    """On the GPU: a CuPy or JAX array exported through DLPack comes as a 1.x capsule, asked
-    for on its own CUDA device with zgate's stream, and is read right; JAX's own path (which
-    is DLPack) takes versioned capsules too."""
+    """On the GPU: a CuPy or JAX array exported through DLPack is asked for as a 1.x capsule
+    on its own CUDA device with zgate's stream, and read right. CuPy answers with a versioned
+    capsule; JAX (jaxlib on the H200 machine, December 2026) takes the keywords and answers with
+    a legacy one, which zgate reads: a producer offering nothing newer."""
     from zgate._adapters import dlpack as dl_adapter
     host = inputs(rng, (2, 9, 3, 80), F32)
     (dout, z, o), to_host = _gpu_arrays(framework, host)
@@ -172,10 +173,13 @@ def test_gpu_producers_give_versioned_capsules(rng, framework, monkeypatch):
     monkeypatch.setattr(dl_adapter, "_capsule", recording)
     pz = _Forwarding(z)
     dz, dos = zgate.bwd(dout, pz, o)
-    assert pz.names == [b"dltensor_versioned"], pz.names
+    assert len(pz.kwargs) == 1, pz.kwargs      # the keywords taken: no legacy retry
     kw = pz.kwargs[0]
     assert kw["max_version"] == (1, 0) and kw["copy"] is False
     assert tuple(kw["dl_device"]) == (2, 0) and "stream" in kw     # kDLCUDA, device 0
     check_bwd(*host, to_host(dz), to_host(dos))
-    if framework == "jax":    # every JAX array went through a capsule: all versioned
-        assert len(names) == 3 and set(names) == {b"dltensor_versioned"}, names
+    if framework == "cupy":
+        assert pz.names == [b"dltensor_versioned"], pz.names
+    else:   # every JAX array went through a capsule, each of the kind JAX gives
+        assert pz.names[0] in (b"dltensor_versioned", b"dltensor"), pz.names
+        assert names == pz.names * 3, names
