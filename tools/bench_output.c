@@ -84,7 +84,7 @@ static void print_variants(const bench_result *r, int n) {
   for (int v = 0; v < nv; v++) printf("  v%-2d %s\n", v + 1, zb_variant_name(v));
   printf("%-10s %-3s %-22s %-8s %-8s", "backend", "op", "shape", "dtype", "layout");
   for (int v = 0; v < nv; v++) {
-    char h[8];
+    char h[16];
     snprintf(h, sizeof h, "v%d", v + 1);
     printf("  %6s ", h);
   }
