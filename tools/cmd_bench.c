@@ -531,8 +531,7 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   if (ctx.tty) fprintf(stderr, "\r%100s\r", "");
 
-  meta.ceiling_cpu = "the fastest of the stream variants (ceiling_variants), the operator's reads and writes "
-                     "(bwd 3 + 2, fwd 2 + 1), same threads and bytes, timed round robin";
+  meta.ceiling_cpu = "fastest stream variant (ceiling_variants), same reads, writes, threads and bytes";
   meta.ceiling_cuda = "device-to-device copy of the same bytes";
   meta.threads = cfg.threads ? cfg.threads : cli_max_threads();
   time_t now = time(NULL);
