@@ -3,13 +3,15 @@
  * For each dtype (float32 and bfloat16 by default), on dense tensors of >= 64M elements:
  *   - GB/s of zgate_bwd through the public API, counted as 3 reads + 2 writes of the
  *     tensors (zgate_fwd: 2 + 1), with all threads and with one thread;
- *   - the ceiling measured in the same run: a streaming kernel that reads the three input
- *     buffers and writes the two output buffers with non-temporal stores (OpenMP, all
- *     threads; also one thread), the same bytes as the operator;
+ *   - the ceiling measured in the same run: streaming loops (stream_ceiling.c) that read the
+ *     input buffers and write the output buffers, the same bytes as the operator, in every
+ *     variant this CPU has (16-, 32-, 64-byte loads; non-temporal or plain stores; with and
+ *     without software prefetch), timed round robin; zgate is judged against the fastest
+ *     (all threads; also one thread), and the table of all variants is printed;
  *   - the plain scalar loop (plain_loop.c, -O2, no -march, one thread);
  *   - the same zgate call with Z as a view into an input projection (strides
  *     (L*d_in_proj, d_in_proj, D, 1)), the strided path of the real model, judged against
- *     the dense ceiling, with the same stream reading Z's rows from the projection beside it.
+ *     the dense ceiling, with the fastest stream reading Z's rows from the projection beside it.
  * Every figure is the median of --repeats timed calls after one warm-up call, with the
  * min..max spread: the machine may be shared, so read the spread before the median.
  * Each row also gives a CPU-time figure: bytes / (process CPU seconds / threads). When other
@@ -22,6 +24,7 @@
  *                   [--op bwd,fwd] [--layout dense,proj] [--d-in-proj P] [--offset B]
  *                   [--no-plain]
  */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign, clock_gettime under -std=c11 */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -33,14 +36,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#define BENCH_SSE2 1
-#endif
-
 #include <zgate.h>
 
 #include "plain_loop.h"
+#include "stream_ceiling.h"
 
 /* ---- options -------------------------------------------------------------------------- */
 
@@ -145,83 +144,6 @@ static void fill(void *buf, int dtype_bits, int is_bf16, int64_t n, int which, i
   }
 }
 
-/* ---- the ceiling: 3 (or 2) reads, 2 (or 1) non-temporal writes, no math ---------------- */
-
-static void ceiling(const void *a, const void *b, const void *c, void *d, void *e, size_t bytes,
-                    int threads) {
-#ifdef BENCH_SSE2
-  const __m128i *pa = a, *pb = b, *pc = c;
-  __m128i *pd = d, *pe = e;
-  const int64_t n = (int64_t)(bytes / 16);
-  if (c) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
-#endif
-    for (int64_t i = 0; i < n; i++) {
-      __m128i x = _mm_load_si128(pa + i), y = _mm_load_si128(pb + i), z = _mm_load_si128(pc + i);
-      _mm_stream_si128(pd + i, _mm_xor_si128(x, y));
-      _mm_stream_si128(pe + i, _mm_xor_si128(y, z));
-    }
-  } else {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
-#endif
-    for (int64_t i = 0; i < n; i++)
-      _mm_stream_si128(pd + i, _mm_xor_si128(_mm_load_si128(pa + i), _mm_load_si128(pb + i)));
-  }
-  _mm_sfence();
-#else
-  /* no portable non-temporal store in C: plain stores (the ceiling is then lower) */
-  const uint64_t *pa = a, *pb = b, *pc = c;
-  uint64_t *pd = d, *pe = e;
-  const int64_t n = (int64_t)(bytes / 8);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
-#endif
-  for (int64_t i = 0; i < n; i++) {
-    pd[i] = pa[i] ^ pb[i];
-    if (pc) pe[i] = pb[i] ^ pc[i];
-  }
-#endif
-}
-
-/* The same stream with b read in rows of b_row bytes, b_stride bytes apart (Z's rows in the
- * projection, as zgate reads them; the other arrays dense): what a view costs a kernel that
- * leaves prefetching to the hardware, whose prefetchers restart at every row. Measured 0-11%
- * under the dense stream here; zgate, which prefetches across rows itself, can beat it, so it
- * is printed for reference and zgate is still judged against the dense ceiling. */
-static void ceiling_view(const void *a, const void *b, const void *c, void *d, void *e, size_t bytes,
-                         size_t b_row, size_t b_stride, int threads) {
-  const int64_t rows = (int64_t)(bytes / b_row);
-#ifdef BENCH_SSE2
-  typedef __m128i unit;
-#else
-  typedef uint64_t unit;
-#endif
-  const int64_t n = (int64_t)(b_row / sizeof(unit)), bstep = (int64_t)(b_stride / sizeof(unit));
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads_of(threads))
-#endif
-  for (int64_t r = 0; r < rows; r++) {
-    const unit *pa = (const unit *)a + r * n, *pb = (const unit *)b + r * bstep;
-    const unit *pc = c ? (const unit *)c + r * n : NULL;
-    unit *pd = (unit *)d + r * n, *pe = e ? (unit *)e + r * n : NULL;
-    for (int64_t i = 0; i < n; i++) {
-#ifdef BENCH_SSE2
-      __m128i y = _mm_load_si128(pb + i);
-      _mm_stream_si128(pd + i, _mm_xor_si128(_mm_load_si128(pa + i), y));
-      if (pc) _mm_stream_si128(pe + i, _mm_xor_si128(y, _mm_load_si128(pc + i)));
-#else
-      pd[i] = pa[i] ^ pb[i];
-      if (pc) pe[i] = pb[i] ^ pc[i];
-#endif
-    }
-  }
-#ifdef BENCH_SSE2
-  _mm_sfence();
-#endif
-}
-
 /* ---- statistics ----------------------------------------------------------------------- */
 
 typedef struct stat3 {
@@ -243,7 +165,7 @@ static void summarize(double *gbs, int r, double *med, double *min, double *max)
 
 /* ---- one configuration ------------------------------------------------------------------ */
 
-enum { K_CEIL, K_CEIL_VIEW, K_ZGATE, K_PLAIN };
+enum { K_ZGATE, K_PLAIN };
 
 typedef struct bench_case {
   int op_bwd;     /* 1 = bwd (3 in, 2 out), 0 = fwd (2 in, 1 out) */
@@ -310,18 +232,7 @@ static stat3 measure(int kind, const bench_case *c, int threads, const char *isa
   const int used = kind == K_PLAIN ? 1 : nthreads_of(threads);
   for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
     double c0 = cpu_s(), t0 = now_s();
-    if (kind == K_CEIL || kind == K_CEIL_VIEW) {
-      const size_t es = (size_t)(c->bits / 8), nb = (size_t)c->n * es;
-      const int view = kind == K_CEIL_VIEW; /* Z's rows from the projection */
-      const void *zb = view ? c->zproj : c->buf[1];
-      const size_t row = view ? (size_t)(c->shape[2] * c->shape[3]) * es : 0, stride = (size_t)c->d_in_proj * es;
-      const void *cc = c->op_bwd ? c->buf[2] : NULL, *dd = c->buf[c->op_bwd ? 3 : 2];
-      void *ee = c->op_bwd ? c->buf[4] : NULL;
-      if (view)
-        ceiling_view(c->buf[0], zb, cc, (void *)dd, ee, nb, row, stride, threads);
-      else
-        ceiling(c->buf[0], zb, cc, (void *)dd, ee, nb, threads);
-    } else if (kind == K_ZGATE) {
+    if (kind == K_ZGATE) {
       run_zgate(c, threads, isa);
     } else {
       run_plain(c);
@@ -341,8 +252,121 @@ static stat3 measure(int kind, const bench_case *c, int threads, const char *isa
 }
 
 static void print_row(const char *what, stat3 s, const char *extra) {
-  printf("  %-32s %6.2f [%6.2f .. %6.2f] | %6.2f [%6.2f .. %6.2f]  %s\n", what, s.med, s.min,
+  printf("  %-38s %6.2f [%6.2f .. %6.2f] | %6.2f [%6.2f .. %6.2f]  %s\n", what, s.med, s.min,
          s.max, s.cmed, s.cmin, s.cmax, extra ? extra : "");
+}
+
+/* ---- the ceiling (stream_ceiling.c) ------------------------------------------------------ */
+
+/* The stream over this case's own buffers, the operator's bytes: bwd reads dout, z, o and
+ * writes dz, dout_scaled; fwd reads o, z and writes out. view: z's rows from the projection. */
+static zb_stream case_stream(const bench_case *c, int view) {
+  const size_t es = (size_t)(c->bits / 8);
+  zb_stream s;
+  memset(&s, 0, sizeof s);
+  s.a = c->buf[0];
+  s.b = view ? c->zproj : c->buf[1];
+  s.c = c->op_bwd ? c->buf[2] : NULL;
+  s.d = c->buf[c->op_bwd ? 3 : 2];
+  s.e = c->op_bwd ? c->buf[4] : NULL;
+  s.bytes = (size_t)c->n * es;
+  if (view) {
+    s.b_row = (size_t)(c->shape[2] * c->shape[3]) * es;
+    s.b_stride = (size_t)c->d_in_proj * es;
+  }
+  return s;
+}
+
+static stat3 to_stat(double *wall, double *cpu, int repeats, double bytes, int used, int *ok) {
+  stat3 st;
+  memset(&st, 0, sizeof st);
+  double w[3], cp[3];
+  *ok = zb_summarize(wall, repeats, w) > 0 && zb_summarize(cpu, repeats, cp) > 0;
+  if (!*ok) return st;
+  /* the fastest time is the highest rate */
+  st.med = bytes / w[0] * 1e-9, st.min = bytes / w[2] * 1e-9, st.max = bytes / w[1] * 1e-9;
+  st.cmed = bytes / (cp[0] / used) * 1e-9, st.cmin = bytes / (cp[2] / used) * 1e-9, st.cmax = bytes / (cp[1] / used) * 1e-9;
+  return st;
+}
+
+typedef struct ceil_scan {
+  int nv, best;                 /* best: the variant of the highest median (wall), -1 if none */
+  int ok[ZB_MAX_VARIANTS];
+  stat3 s[ZB_MAX_VARIANTS];
+  stat3 z;                      /* zgate, timed in the same rounds */
+  double ratio[3];              /* zgate's time / the ceiling's in the same round: median, min, max */
+} ceil_scan;
+
+/* Rounds of: every stream variant once on the dense buffers, then zgate once (Z as the view
+ * when the case says so), `repeats` rounds after one untimed. A burst of other work on a
+ * shared machine then hits the ceiling and zgate alike, and each round gives a ratio of
+ * zgate to the ceiling's variant measured next to it. */
+static ceil_scan measure_ceiling(const bench_case *c, int threads, int repeats, const char *isa) {
+  ceil_scan cs;
+  memset(&cs, 0, sizeof cs);
+  const double bytes = (double)(c->op_bwd ? 5 : 3) * (double)c->n * (c->bits / 8);
+  const int used = nthreads_of(threads);
+  zb_stream s = case_stream(c, 0);
+  cs.nv = zb_variant_count();
+  const int nk = cs.nv + 1; /* the variants, then zgate */
+  double *wall = malloc(sizeof(double) * (size_t)(nk * repeats)), *cpu = malloc(sizeof(double) * (size_t)(nk * repeats));
+  double *rat = malloc(sizeof(double) * (size_t)repeats);
+  if (!wall || !cpu || !rat) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  for (int r = -1; r < repeats; r++)
+    for (int k = 0; k < nk; k++) {
+      double c0 = cpu_s(), t0 = now_s();
+      int st = k < cs.nv ? zb_stream_run(k, &s, threads) : (run_zgate(c, threads, isa), 0);
+      double t = now_s() - t0, ct = cpu_s() - c0;
+      if (r < 0) continue;
+      wall[k * repeats + r] = st ? -1.0 : t;
+      cpu[k * repeats + r] = st ? -1.0 : ct;
+    }
+  double *zw = wall + cs.nv * repeats;
+  cs.best = -1;
+  double bestmed = 0;
+  for (int v = 0; v < cs.nv; v++) {
+    double m[3], tmp[1000];
+    memcpy(tmp, wall + v * repeats, sizeof(double) * (size_t)repeats);
+    if (!zb_summarize(tmp, repeats, m)) continue;
+    if (cs.best < 0 || m[0] < bestmed) cs.best = v, bestmed = m[0];
+  }
+  if (cs.best >= 0) {
+    for (int r = 0; r < repeats; r++) rat[r] = wall[cs.best * repeats + r] / zw[r];
+    zb_summarize(rat, repeats, cs.ratio);
+  }
+  int zok;
+  cs.z = to_stat(zw, cpu + cs.nv * repeats, repeats, bytes, used, &zok);
+  for (int v = 0; v < cs.nv; v++) cs.s[v] = to_stat(wall + v * repeats, cpu + v * repeats, repeats, bytes, used, &cs.ok[v]);
+  free(wall);
+  free(cpu);
+  free(rat);
+  return cs;
+}
+
+/* One variant, on the dense buffers or with Z's rows from the projection. */
+static stat3 measure_variant(const bench_case *c, int v, int view, int threads, int repeats) {
+  const double bytes = (double)(c->op_bwd ? 5 : 3) * (double)c->n * (c->bits / 8);
+  zb_stream s = case_stream(c, view);
+  double *wall = malloc(sizeof(double) * (size_t)repeats), *cpu = malloc(sizeof(double) * (size_t)repeats);
+  if (!wall || !cpu) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  zb_stream_run(v, &s, threads);
+  for (int r = 0; r < repeats; r++) {
+    double c0 = cpu_s(), t0 = now_s();
+    int st = zb_stream_run(v, &s, threads);
+    wall[r] = st ? -1.0 : now_s() - t0;
+    cpu[r] = st ? -1.0 : cpu_s() - c0;
+  }
+  int ok;
+  stat3 out = to_stat(wall, cpu, repeats, bytes, nthreads_of(threads), &ok);
+  free(wall);
+  free(cpu);
+  return out;
 }
 
 static void bench_one(const bench_opts *bo, bench_case *c) {
@@ -356,30 +380,58 @@ static void bench_one(const bench_opts *bo, bench_case *c) {
   if (c->proj) printf("  (Z strides (L*%lld, %lld, %lld, 1))\n", (long long)c->d_in_proj,
                       (long long)c->d_in_proj, (long long)c->shape[3]);
   char line[160], extra[200];
-  printf("  %-32s %-24s | %-24s\n", "GB/s", "wall: median [min .. max]", "CPU time: median [min .. max]");
+  printf("  %-38s %-24s | %-24s\n", "GB/s", "wall: median [min .. max]", "CPU time: median [min .. max]");
 
-  stat3 ceil_all = measure(K_CEIL, c, all, NULL, bo->repeats);
-  snprintf(line, sizeof line, "ceiling (NT stores), %d threads", all);
-  print_row(line, ceil_all, NULL);
-  stat3 ceil_one = measure(K_CEIL, c, 1, NULL, bo->repeats);
-  print_row("ceiling (NT stores), 1 thread", ceil_one, NULL);
+  ceil_scan scan = measure_ceiling(c, all, bo->repeats, bo->isa);
+  if (scan.best < 0) {
+    fprintf(stderr, "no ceiling variant runs on these buffers\n");
+    exit(2);
+  }
+  printf("  ceiling variants, %d threads, timed in rounds with zgate (%d rounds):\n", all, bo->repeats);
+  for (int v = 0; v < scan.nv; v++) {
+    snprintf(line, sizeof line, "  %s", zb_variant_name(v));
+    if (!scan.ok[v]) {
+      printf("  %-38s (not usable on these buffers: alignment)\n", line);
+      continue;
+    }
+    snprintf(extra, sizeof extra, "%5.1f%% of the fastest%s", 100.0 * scan.s[v].med / scan.s[scan.best].med,
+             v == scan.best ? "  <- the ceiling" : "");
+    print_row(line, scan.s[v], extra);
+  }
+  stat3 ceil_all = scan.s[scan.best];
+  snprintf(line, sizeof line, "ceiling, %d threads", all);
+  snprintf(extra, sizeof extra, "= %s", zb_variant_name(scan.best));
+  print_row(line, ceil_all, extra);
 
-  if (c->proj) { /* not a ceiling for zgate, which prefetches across rows: see ceiling_view */
-    stat3 ceil_view = measure(K_CEIL_VIEW, c, all, NULL, bo->repeats);
+  /* The same stream with Z read in rows of H*D elements, d_in_proj apart (as zgate reads them;
+   * the other arrays dense): what a view costs a loop whose rows each restart the hardware
+   * prefetchers. zgate, which prefetches across rows itself, can beat it, so it is printed
+   * for reference and zgate is still judged against the dense ceiling. */
+  if (c->proj) {
+    stat3 ceil_view = measure_variant(c, scan.best, 1, all, bo->repeats);
     snprintf(line, sizeof line, "stream, Z as the view, %d thr.", all);
-    snprintf(extra, sizeof extra, "%5.1f%% of the dense ceiling (wall)", 100.0 * ceil_view.med / ceil_all.med);
+    snprintf(extra, sizeof extra, "%5.1f%% of the dense ceiling (wall); the ceiling's variant", 100.0 * ceil_view.med / ceil_all.med);
     print_row(line, ceil_view, extra);
   }
 
-  stat3 z_all = measure(K_ZGATE, c, all, bo->isa, bo->repeats);
+  stat3 z_all = scan.z;
   snprintf(line, sizeof line, "zgate %s, %d threads", bo->isa ? bo->isa : zgate_cpu_isa_chosen(), all);
   snprintf(extra, sizeof extra, "%5.1f%% of ceiling (wall), %5.1f%% (CPU time)", 100.0 * z_all.med / ceil_all.med,
            100.0 * z_all.cmed / ceil_all.cmed);
   print_row(line, z_all, extra);
-  stat3 z_one = measure(K_ZGATE, c, 1, bo->isa, bo->repeats);
+  printf("  %-38s %6.1f%% [%5.1f%% .. %5.1f%%] per round (zgate vs the ceiling's variant next to it)\n",
+         "zgate / ceiling, wall", 100.0 * scan.ratio[0], 100.0 * scan.ratio[1], 100.0 * scan.ratio[2]);
+
+  /* One thread: the fastest variant of one thread (prefetch may matter more there). */
+  ceil_scan scan1 = measure_ceiling(c, 1, bo->repeats, bo->isa);
+  stat3 ceil_one = scan1.s[scan1.best];
+  snprintf(extra, sizeof extra, "= %s (fastest of %d variants on 1 thread)", zb_variant_name(scan1.best), scan1.nv);
+  print_row("ceiling, 1 thread", ceil_one, extra);
+  stat3 z_one = scan1.z;
   snprintf(line, sizeof line, "zgate %s, 1 thread", bo->isa ? bo->isa : zgate_cpu_isa_chosen());
-  snprintf(extra, sizeof extra, "%5.1f%% of 1-thread ceiling (wall), %5.1f%% (CPU time)",
-           100.0 * z_one.med / ceil_one.med, 100.0 * z_one.cmed / ceil_one.cmed);
+  snprintf(extra, sizeof extra, "%5.1f%% of 1-thread ceiling (wall), %5.1f%% (CPU time); per round %.1f%% [%.1f .. %.1f]",
+           100.0 * z_one.med / ceil_one.med, 100.0 * z_one.cmed / ceil_one.cmed, 100.0 * scan1.ratio[0],
+           100.0 * scan1.ratio[1], 100.0 * scan1.ratio[2]);
   print_row(line, z_one, extra);
 
   if (bo->plain && !c->proj && (c->bits == 32 || c->bf16)) {

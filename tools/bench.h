@@ -1,4 +1,5 @@
-/* Pieces of `zgate bench`: the CPU ceiling kernel and the outputs (JSON, gnuplot chart). */
+/* Pieces of `zgate bench`: the outputs (JSON, gnuplot chart). The CPU ceiling's loops are
+ * bench/stream_ceiling.c, shared with zgate_cpu_bench. */
 #ifndef ZGATE_CLI_BENCH_H
 #define ZGATE_CLI_BENCH_H
 
@@ -10,11 +11,7 @@
 #endif
 
 #include "cli.h"
-
-/* d = a ^ b, e = b ^ c over `bytes` bytes of each (16-byte aligned, a multiple of 16),
- * with non-temporal stores where the ISA has them. */
-void cli_stream_ceiling(const void *a, const void *b, const void *c, void *d, void *e, size_t bytes, int threads);
-int cli_stream_ceiling_has_nt(void);
+#include "stream_ceiling.h"
 
 /* Rows whose figures cannot be trusted: the slowest timed call (the operator's or the
  * ceiling's) took more than NOISY_SPREAD times the fastest, or the operator beat its ceiling
@@ -38,6 +35,10 @@ typedef struct bench_result {
   double time_s[3], ceiling_s[3], first_s;
   double gbps[3], ceiling_gbps[3];
   double pct[3];         /* 100 * gbps / ceiling_gbps; the range pairs the extremes */
+  /* CPU: every stream variant's GB/s (median, lowest, highest; [0] < 0: not usable on these
+   * buffers), and the fastest by median, the ceiling (-1 on CUDA) */
+  int nvariants, ceiling_variant;
+  double variant_gbps[ZB_MAX_VARIANTS][3];
   int threads;
   int failed;            /* zgate returned an error (else error[] says why it did not run) */
   char error[256];       /* non-empty when the configuration could not run */

@@ -42,6 +42,8 @@ static const char *range_cell(char *buf, size_t n, const double v[3], double sca
   return buf;
 }
 
+static void print_variants(const bench_result *r, int n);
+
 void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
   printf("%-10s %-3s %-22s %-8s %-8s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
          "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
@@ -68,6 +70,38 @@ void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
            "the fastest; 'above ceiling' = over %.0f%% of the ceiling, which a memory-bound operator cannot reach. "
            "The machine was busy (load average at start: %.2f on %d CPUs): rerun on a quiet one.\n",
            nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, m->have_load ? m->load[0] : -1.0, m->cpus);
+  print_variants(r, n);
+}
+
+/* The CPU ceiling's variants: a legend, then each CPU row's median GB/s of every variant. */
+static void print_variants(const bench_result *r, int n) {
+  int nv = 0;
+  for (int i = 0; i < n; i++)
+    if (!r[i].is_cuda && !r[i].error[0] && r[i].nvariants > nv) nv = r[i].nvariants;
+  if (!nv) return;
+  printf("\nCPU ceiling: the fastest of %d stream variants on each row's buffers, timed round robin "
+         "(median GB/s; * the ceiling, - not usable on these buffers):\n", nv);
+  for (int v = 0; v < nv; v++) printf("  v%-2d %s\n", v + 1, zb_variant_name(v));
+  printf("%-10s %-3s %-22s %-8s %-8s", "backend", "op", "shape", "dtype", "layout");
+  for (int v = 0; v < nv; v++) {
+    char h[16];
+    snprintf(h, sizeof h, "v%d", v + 1);
+    printf("  %6s ", h);
+  }
+  printf("\n");
+  for (int i = 0; i < n; i++) {
+    const bench_result *x = &r[i];
+    if (x->is_cuda || x->error[0] || !x->nvariants) continue;
+    char shape[64], dts[64];
+    cli_shape_str(x->shape, shape, sizeof shape);
+    dtype_cell(x, dts, sizeof dts);
+    printf("%-10s %-3s %-22s %-8s %-8s", x->backend, x->op, shape, dts, cli_layout_names[x->layout]);
+    for (int v = 0; v < x->nvariants; v++) {
+      if (x->variant_gbps[v][0] < 0) printf("  %6s ", "-");
+      else printf("  %6.1f%s", x->variant_gbps[v][0], v == x->ceiling_variant ? "*" : " ");
+    }
+    printf("\n");
+  }
 }
 
 static void json_num3(FILE *f, const char *name, const double v[3], double scale) {
@@ -130,6 +164,21 @@ int cli_bench_write_json(const char *path, const bench_result *r, int n, const b
     json_num3(f, "ceiling_median_us", x->ceiling_s, 1e6);
     json_num3(f, "ceiling_gbps", x->ceiling_gbps, 1.0);
     json_num3(f, "pct_of_ceiling", x->pct, 1.0);
+    if (x->ceiling_variant >= 0) {
+      fprintf(f, ",\n     \"ceiling_variant\": ");
+      json_str(f, zb_variant_name(x->ceiling_variant));
+      fprintf(f, ", \"ceiling_variants\": [");
+      for (int v = 0; v < x->nvariants; v++) {
+        fprintf(f, "%s{\"name\": ", v ? ", " : "");
+        json_str(f, zb_variant_name(v));
+        if (x->variant_gbps[v][0] < 0) fprintf(f, ", \"usable\": false}");
+        else {
+          json_num3(f, "gbps", x->variant_gbps[v], 1.0);
+          fputc('}', f);
+        }
+      }
+      fputc(']', f);
+    }
     fprintf(f, ", \"flag\": ");
     json_str(f, cli_bench_flag(x));
     fputc('}', f);

@@ -1,7 +1,8 @@
 /* `zgate bench`: the bandwidth suite. For each backend, shape, dtype combination and layout:
  * the median time of the operator, the GB/s it moves (bytes read plus written), and the
- * percentage of a ceiling measured in the same run on the same number of bytes (CPU: a
- * streaming 3-read-2-write kernel with non-temporal stores on the same threads; CUDA: a
+ * percentage of a ceiling measured in the same run on the same number of bytes (CPU: the
+ * fastest of several streaming loops with the operator's reads and writes, 3 + 2 for the
+ * backward and 2 + 1 for the forward, on the same threads (bench/stream_ceiling.c); CUDA: a
  * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,8 +43,11 @@ static void usage(FILE *f) {
           "\n"
           "Times the operator on each backend and reports GB/s (bytes read plus written, once\n"
           "each) and the percentage of a ceiling measured in the same run over the same bytes:\n"
-          "on the CPU a streaming kernel with 3 reads and 2 non-temporal writes on the same\n"
-          "threads, on CUDA a device-to-device copy (L2 flushed before every timed call).\n"
+          "on the CPU the fastest of several streaming loops with the operator's reads and\n"
+          "writes (bwd 3 + 2, fwd 2 + 1) on the same threads: 16-, 32- and 64-byte loads where\n"
+          "the CPU has them, non-temporal or plain stores, with and without software prefetch,\n"
+          "timed round robin (each one's GB/s is printed after the table); on CUDA a\n"
+          "device-to-device copy (L2 flushed before every timed call).\n"
           "Every figure comes with its range over the timed calls (fastest..slowest); a row whose\n"
           "calls spread more than %.2fx, or that exceeds %.0f%% of its ceiling, is flagged: the\n"
           "machine was busy (the load average at the start is printed and stored). Prints a\n"
@@ -193,17 +197,27 @@ static int uses_tensor(const bench_result *r, int which) {
   return r->op[0] == 'b' || (which != CLI_DOUT && which != CLI_DOS);
 }
 
-/* Each of the CPU ceiling's five arrays: a fifth of the bytes, in whole 64-byte lines. */
-static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / 5.0) + 63) & ~(size_t)63; }
+/* The CPU ceiling's arrays: the backward's five (3 read, 2 written), the forward's three
+ * (2 read, 1 written); the operator's tensors in that order: dout z o dz dout_scaled, or
+ * o z out. */
+static int ceiling_arrays(const bench_result *r) { return r->op[0] == 'b' ? 5 : 3; }
+static const int ceiling_tensor[2][5] = {{CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DOS}, {CLI_O, CLI_Z, CLI_DZ, -1, -1}};
 
-/* The CPU ceiling runs on the backward's own five buffers when each holds that many bytes
- * (the memory zgate was just timed on: on a VM, where guest pages land can change a stream's
- * bandwidth by 20%), else on fresh ones (the forward; in place; mixed
- * dtypes). */
+/* Each array: an equal share of the bytes, in whole 64-byte lines. */
+static size_t ceiling_each(const bench_result *r) {
+  return ((size_t)(r->bytes / ceiling_arrays(r)) + 63) & ~(size_t)63;
+}
+
+/* The CPU ceiling runs on the operator's own buffers when each holds that many bytes (the
+ * memory zgate was just timed on: on a VM, where guest pages land can change a stream's
+ * bandwidth by 20%), else on fresh ones (in place; mixed dtypes). */
 static int ceiling_on_own_buffers(const bench_result *r) {
-  if (r->op[0] != 'b' || r->layout == CLI_INPLACE) return 0;
-  for (int i = 0; i < CLI_NT; i++)
-    if (cli_buf_bytes(i, (cli_layout)r->layout, r->shape, r->dt.t[i]) < (double)ceiling_each(r)) return 0;
+  if (r->layout == CLI_INPLACE) return 0;
+  const int fwd = r->op[0] == 'f';
+  for (int i = 0; i < ceiling_arrays(r); i++) {
+    int t = ceiling_tensor[fwd][i];
+    if (cli_buf_bytes(t, (cli_layout)r->layout, r->shape, r->dt.t[t]) < (double)ceiling_each(r)) return 0;
+  }
   return 1;
 }
 
@@ -213,7 +227,7 @@ static double config_bytes(const bench_result *r) {
   double sum = 0;
   for (int i = 0; i < CLI_NT; i++)
     if (uses_tensor(r, i)) sum += cli_buf_bytes(i, (cli_layout)r->layout, r->shape, r->dt.t[i]);
-  if (!r->is_cuda && !ceiling_on_own_buffers(r)) sum += 5.0 * (double)ceiling_each(r);
+  if (!r->is_cuda && !ceiling_on_own_buffers(r)) sum += ceiling_arrays(r) * (double)ceiling_each(r);
   return sum;
 }
 
@@ -252,39 +266,54 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
   r->repeats = reps;
   summarize(t, reps, r->time_s);
 
-  /* The ceiling over the same bytes: five arrays of bytes/5 each, 3 read and 2 written, on
-   * the operator's own buffers where they serve (and are aligned for 16-byte loads): on a VM,
-   * where guest pages land can change a stream's bandwidth by 20% (docs/perf-notes.md,
-   * 2 December 2026). */
+  /* The ceiling over the same bytes: the operator's arrays, an equal share of the bytes each,
+   * on its own buffers where they serve: on a VM, where guest pages land can change a
+   * stream's bandwidth by 20% (docs/perf-notes.md, 2 December 2026). Every stream variant,
+   * round robin; the fastest by median is the ceiling. */
+  const int na = ceiling_arrays(r), fwd = r->op[0] == 'f';
   size_t each = ceiling_each(r);
-  void *a[5] = {0}, *own[5] = {b[CLI_DOUT].host, b[CLI_Z].host, b[CLI_O].host, b[CLI_DZ].host, dos->host};
+  void *a[5] = {0};
   int use_own = ceiling_on_own_buffers(r);
-  for (int i = 0; i < 5 && use_own; i++) use_own = ((uintptr_t)own[i] & 15u) == 0;
   int ok = 1;
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < na; i++) {
     if (use_own) {
-      a[i] = own[i];
+      int k = ceiling_tensor[fwd][i];
+      a[i] = k == CLI_DOS ? dos->host : b[k].host;
       continue;
     }
     a[i] = aligned_alloc(64, each ? each : 64);
     if (!a[i]) ok = 0;
     else memset(a[i], i * 17 + 1, each); /* first touch outside the timing */
   }
-  if (ok) {
+  const int nv = zb_variant_count();
+  double *w = ok ? malloc(sizeof(double) * (size_t)(nv * reps)) : NULL;
+  if (ok && w) {
+    zb_stream s = {a[0], a[1], na == 5 ? a[2] : NULL, na == 5 ? a[3] : a[2], na == 5 ? a[4] : NULL, each, 0, 0};
     progress(ctx, r, "ceiling");
-    cli_stream_ceiling(a[0], a[1], a[2], a[3], a[4], each, cfg->threads);
-    for (int i = 0; i < reps; i++) {
-      double t0 = cli_now();
-      cli_stream_ceiling(a[0], a[1], a[2], a[3], a[4], each, cfg->threads);
-      t[i] = cli_now() - t0;
+    zb_stream_time(&s, cfg->threads, reps, w, NULL);
+    r->nvariants = nv;
+    r->ceiling_variant = -1;
+    for (int v = 0; v < nv; v++) {
+      double sv[3];
+      if (!zb_summarize(w + v * reps, reps, sv)) {
+        r->variant_gbps[v][0] = -1.0;
+        continue;
+      }
+      const double bytes = (double)na * (double)each;
+      for (int k = 0; k < 3; k++) r->variant_gbps[v][k] = bytes / sv[k ? 3 - k : 0] / 1e9;
+      if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0]) {
+        r->ceiling_variant = v;
+        memcpy(r->ceiling_s, sv, sizeof sv);
+      }
     }
-    summarize(t, reps, r->ceiling_s);
-    r->ceiling_bytes = 5.0 * (double)each;
+    r->ceiling_bytes = (double)na * (double)each;
+    if (r->ceiling_variant < 0) snprintf(r->error, sizeof r->error, "no ceiling variant runs on these buffers");
   } else {
     snprintf(r->error, sizeof r->error, "out of memory for the ceiling buffers");
   }
+  free(w);
   if (!use_own)
-    for (int i = 0; i < 5; i++) free(a[i]);
+    for (int i = 0; i < na; i++) free(a[i]);
   free(t);
 }
 
@@ -468,6 +497,7 @@ int cli_cmd_bench(int argc, char **argv) {
             r->dt = cfg.dtypes[id];
             if (il == CLI_INPLACE) r->dt.t[CLI_DOS] = r->dt.t[CLI_DOUT];
             r->layout = il;
+            r->ceiling_variant = -1;
             r->elements = cli_numel(r->shape);
             int per = op ? cli_dtype_size(r->dt.t[CLI_O]) + cli_dtype_size(r->dt.t[CLI_Z]) + cli_dtype_size(r->dt.t[CLI_DZ])
                          : 0;
@@ -501,8 +531,7 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   if (ctx.tty) fprintf(stderr, "\r%100s\r", "");
 
-  meta.ceiling_cpu = cli_stream_ceiling_has_nt() ? "stream, 3 reads + 2 non-temporal writes, same threads and bytes"
-                                                 : "stream, 3 reads + 2 writes, same threads and bytes";
+  meta.ceiling_cpu = "fastest stream variant (ceiling_variants), same reads, writes, threads and bytes";
   meta.ceiling_cuda = "device-to-device copy of the same bytes";
   meta.threads = cfg.threads ? cfg.threads : cli_max_threads();
   time_t now = time(NULL);

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Stage: the `zgate` command's smoke tests (ctest -L cli: help, info, a small check and
-# bench, and every kind of bad option answered in words with exit code 2) and the
-# documentation's examples (ctest -L docs: built, run, and shown verbatim in docs/api.md).
+# bench, the CPU ceiling's loops (zgate_stream_ceiling_test), and every kind of bad option
+# answered in words with exit code 2) and the documentation's examples (ctest -L docs: built, run, and shown verbatim in docs/api.md).
 # Own build dir: build/cli.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/cli
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_BENCH=OFF >/dev/null
-targets=(zgate_tool)
+targets=(zgate_tool zgate_stream_ceiling_test)
 # every documentation example this configuration builds (the CUDA one only with CUDA)
 for t in $(cmake --build "$build" --target help | grep -o 'example_[A-Za-z0-9_]*' | sort -u); do targets+=("$t"); done
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
