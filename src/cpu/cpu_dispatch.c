@@ -210,10 +210,13 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
 
 /* ---- prefetch distance (cpu_kernels.h) -------------------------------------------------- */
 
-static int64_t zg_prefetch_value;
+static int64_t zg_prefetch_long, zg_prefetch_short; /* rows of >= / < ZG_PREFETCH_SHORT_ROW */
 static pthread_once_t zg_prefetch_once = PTHREAD_ONCE_INIT;
 
-static int zg_cpu_is_intel(void) {
+/* The x86 vendor ('I' Intel, 'A' AMD, 0 other or not x86) and the family (CPUID leaf 1:
+ * base family plus extended family where the base is 0xf). */
+static int zg_cpu_vendor(unsigned *family) {
+  *family = 0;
 #ifdef ZG_X86
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
@@ -222,7 +225,11 @@ static int zg_cpu_is_intel(void) {
   memcpy(v + 4, &d, 4);
   memcpy(v + 8, &c, 4);
   v[12] = 0;
-  return strcmp(v, "GenuineIntel") == 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const unsigned base = (a >> 8) & 0xf;
+    *family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
+  }
+  return strcmp(v, "GenuineIntel") == 0 ? 'I' : strcmp(v, "AuthenticAMD") == 0 ? 'A' : 0;
 #else
   return 0;
 #endif
@@ -234,16 +241,19 @@ static void zg_prefetch_init(void) {
     char *end;
     long long v = strtoll(env, &end, 10);
     if (*end == 0 && v >= 0 && v <= (1 << 20)) {
-      zg_prefetch_value = v;
+      zg_prefetch_long = zg_prefetch_short = v;
       return;
     }
   }
-  zg_prefetch_value = zg_cpu_is_intel() ? 4096 : 0;
+  unsigned family;
+  const int vendor = zg_cpu_vendor(&family);
+  zg_prefetch_long = vendor == 'I' ? 4096 : 0;
+  zg_prefetch_short = vendor == 'I' || (vendor == 'A' && family >= 0x1a) ? 4096 : 0;
 }
 
-int64_t zg_cpu_prefetch(void) {
+int64_t zg_cpu_prefetch(int64_t row_bytes) {
   pthread_once(&zg_prefetch_once, zg_prefetch_init);
-  return zg_prefetch_value;
+  return row_bytes < ZG_PREFETCH_SHORT_ROW ? zg_prefetch_short : zg_prefetch_long;
 }
 
 /* ---- public queries -------------------------------------------------------------------- */

@@ -51,6 +51,7 @@ typedef struct zg_run_next {
   int64_t bytes;  /* of each input that follow there (0 = none) */
   int64_t run_on; /* bytes that continue each input right after the run's end, before in[]
                    * (a piece the loop driver handles itself: step 5 of cpu_loop.c) */
+  int64_t prefetch; /* software prefetch distance of the run, bytes (0 = none): zg_cpu_prefetch */
 } zg_run_next;
 typedef void (*zg_bwd_run_fn)(void *dz, void *dos, const void *dout, const void *z,
                               const void *o, int64_t n, int streaming, const zg_run_next *next);
@@ -78,13 +79,19 @@ typedef struct zg_cpu_kernels {
   void (*stream_line)(void *dst, const void *src);
 } zg_cpu_kernels;
 
-/* Software prefetch distance of the fused runs, in bytes (0 = none), chosen once per process
- * by cpu_dispatch.c: ZGATE_CPU_PREFETCH when it holds a whole number in [0, 1048576], else
- * 4096 on Intel CPUs and 0 elsewhere. Measured (docs/perf-notes.md, CPU entries 40-46): on
- * an Intel Xeon with AVX-512, 4 KB ahead took two threads from about 80% to 95-96% of the
- * streaming ceiling (float32) and from 70-74% to 93-96% (bfloat16); on Zen 3 and Zen 4
- * prefetching was equal or worse (entries 20, 36, 38), the hardware prefetchers sufficing. */
-int64_t zg_cpu_prefetch(void);
+/* Software prefetch distance of the fused runs over rows of row_bytes bytes (of dout's
+ * dtype), in bytes (0 = none), chosen once per process by cpu_dispatch.c:
+ * ZGATE_CPU_PREFETCH when it holds a whole number in [0, 1048576], for every row; else 4096
+ * on Intel CPUs for every row; on AMD family 0x1A (Zen 5) 4096 for rows under
+ * ZG_PREFETCH_SHORT_ROW bytes only; 0 elsewhere. Measured (docs/perf-notes.md): on an Intel
+ * Xeon with AVX-512, 4 KB ahead took two threads from about 80% to 95-96% of the streaming
+ * ceiling (float32) and from 70-74% to 93-96% (bfloat16) (CPU entries 40-46); on Zen 3 and
+ * Zen 4 prefetching was equal or worse on dense rows (entries 20, 36, 38); on Zen 5 it took
+ * Z as a projection view (rows of 4-8 KB) from 48-72% to 81-91% and dense problems from
+ * 93-98% down to 89-93% (entry 58): the hardware prefetchers follow one long stream but not
+ * the jump to the next row. */
+#define ZG_PREFETCH_SHORT_ROW (64 * 1024)
+int64_t zg_cpu_prefetch(int64_t row_bytes);
 
 /* The fused runs' prefetch: for each input (c may be NULL), the `len` bytes (whole lines)
  * starting `at` bytes into the run's input stream, where `at` is the current offset plus the
@@ -112,7 +119,7 @@ ZG_PREFETCH_INLINE void zg_prefetch_ahead(const zg_run_next *next, const char *a
 }
 #undef ZG_PREFETCH_INLINE
 /* What a run without a `next` uses (nothing follows). */
-static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0, 0};
+static const zg_run_next zg_run_next_none = {{0, 0, 0}, 0, 0, 0};
 
 /* One per built ISA; dispatch knows what was built from the ZGATE_HAVE_* macros. The
  * _bf16 table is avx512's with the AVX512_BF16 bfloat16 runs (same results). */

@@ -59,6 +59,7 @@ typedef struct zg_plan {
   int fused;               /* dtype of all tensors when step 4 applies, else -1 */
   int any_streaming;       /* some output is written non-temporally (a fence at the end) */
   int carry;               /* step 5 applies: fused, a streaming output, the ISA streams */
+  int64_t prefetch;        /* the fused runs' software prefetch distance (zg_cpu_prefetch) */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
@@ -139,6 +140,7 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   pl->fused = same && contiguous && has_run && pl->size[n - 1] >= ZG_FUSED_MIN_ROW ? pl->dtype[0] : -1;
   for (int t = pl->n_in; t < pl->nt; t++) pl->any_streaming |= pl->streaming[t];
   pl->carry = pl->fused >= 0 && pl->any_streaming && kt->stream_line != NULL;
+  pl->prefetch = pl->fused >= 0 ? zg_cpu_prefetch(pl->size[n - 1] * pl->esize[0]) : 0;
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -351,7 +353,7 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
         after_len = row_len;
       }
       if (pl->fused >= 0) {
-        zg_run_next next = {{0, 0, 0}, after_len * pl->esize[0], 0};
+        zg_run_next next = {{0, 0, 0}, after_len * pl->esize[0], 0, pl->prefetch};
         for (int t = 0; t < pl->n_in; t++) next.in[t] = pl->base[t] + after[t] * pl->esize[0];
         zg_run_piece(pl, k, cr, off, len, &next);
       } else {

@@ -328,8 +328,8 @@ ZG_INLINE int64_t run_head(int streaming, char *const *out, int64_t es, int64_t 
 ZG_INLINE void run_acc(int op, char *const *out, const char *const *in, int64_t n, int streaming,
                        const zg_run_next *next) {
   int nt0, nt1;
-  const int64_t head = run_head(streaming, out, 4, n, &nt0, &nt1), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
+  const int64_t head = run_head(streaming, out, 4, n, &nt0, &nt1), pf = next->prefetch;
   float *o0 = (float *)out[0], *o1 = (float *)out[1];
   const float *fin[3] = {(const float *)in[0], (const float *)in[1], (const float *)in[2]};
   _Alignas(64) float e[VEC_CHUNK], elo[VEC_CHUNK];
@@ -492,8 +492,8 @@ ZG_INLINE void run_fast(int op, int dt, int cvt, char *const *out, const char *c
                         int streaming, const zg_run_next *next) {
   const int64_t es = 2, step = 2 * VL;
   int nt0, nt1;
-  const int64_t head = run_head(streaming, out, es, n, &nt0, &nt1), pf = zg_cpu_prefetch();
   if (!next) next = &zg_run_next_none;
+  const int64_t head = run_head(streaming, out, es, n, &nt0, &nt1), pf = next->prefetch;
   int64_t i = 0;
   for (; i < head; i += step) fast_part(op, dt, out, in, i * es, head - i < step ? head - i : step);
   for (i = head; i + step <= n; i += step) {

@@ -24,11 +24,6 @@ static int cpu_can_run(void) {
   return 1;
 }
 
-/* The fused loops' prefetch distance (cpu_dispatch.c's zg_cpu_prefetch in the library, which
- * these binaries do not link): on, so that the loops' prefetching runs here too. */
-int64_t zg_cpu_prefetch(void);
-int64_t zg_cpu_prefetch(void) { return 4096; }
-
 /* splitmix64; each test binary seeds it (rng = ...) so its inputs are reproducible */
 static uint64_t rng;
 static uint64_t next_u64(void) {

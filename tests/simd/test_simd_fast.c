@@ -257,13 +257,16 @@ static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o,
 }
 
 /* A run's `next` for a piece ending at element `end` of RN: none, the true continuation, or
- * one somewhere else (prefetch must never change a result, wherever it points). */
+ * one somewhere else, with a prefetch distance of none, one line or 4 KB (prefetch must
+ * never change a result, wherever it points). */
 static const zg_run_next *random_next(zg_run_next *nx, const char *const in[3], int64_t end, int64_t es) {
   const int64_t kind = (int64_t)(next_u64() % 3);
   if (kind == 0) return NULL;
   for (int t = 0; t < 3; t++) nx->in[t] = in[t] ? in[t] + (kind == 1 ? end : 0) * es : NULL;
   nx->bytes = (kind == 1 ? RN - end : (int64_t)(next_u64() % (RN + 1))) * es;
   nx->run_on = kind == 1 ? (int64_t)(next_u64() % (uint64_t)(RN - end + 1)) * es : 0;
+  static const int64_t distance[3] = {0, 64, 4096};
+  nx->prefetch = distance[next_u64() % 3];
   return nx;
 }
 
