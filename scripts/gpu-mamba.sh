@@ -22,7 +22,7 @@
 # SHIPPED_S and ZGATE_S set the two runs' limits in seconds (300 and 240).
 # mamba_ssm is imported without its __init__.py both times, so Mamba-1's CUDA extensions
 # (selective_scan_cuda, causal_conv1d) need not be built. Logs in $OUT (build/gpu-out
-# elsewhere): stage logs, the two runs' error lines (*.err, each ending with the session's
+# elsewhere): stage logs, the two runs' error lines (*.err, each ending with the pytest run's
 # outcome) and layer.json; table last.
 set -uo pipefail
 MAMBA=$(cd "${1:?usage: scripts/gpu-mamba.sh PATH-TO-A-STATE-SPACES/MAMBA-CHECKOUT}" && pwd) || exit 2
