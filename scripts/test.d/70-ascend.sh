@@ -4,15 +4,16 @@
 #     20-python set up: PyTorch and upstream Triton) against the float64 reference.
 #  2. tests/ascend, in a venv of its own with triton-ascend and ascendnpu-ir (they must not
 #     share an environment with upstream triton): triton-ascend's linalg lowering of the
-#     kernel executed on x86 (Debian's mlir-19-tools, llvm-19, clang-19), and the compile for
-#     Ascend 910B2/B3/B4 down to the final HIVM IR with its UB plan.
+#     kernel executed on x86 (Debian's mlir-19-tools, llvm-19, clang-19, libclang-rt-19-dev),
+#     and the compile for Ascend 910B2/B3/B4 down to the final HIVM IR with its UB plan.
 # A tool that cannot be installed fails the stage; nothing here skips.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=python3
 root=$PWD
 
-debs=(mlir-19-tools llvm-19 clang-19 libmlir-19)
+# libclang-rt-19-dev: the builtins that tests/ascend links the lowered kernels with (--rtlib=compiler-rt)
+debs=(mlir-19-tools llvm-19 clang-19 libmlir-19 libclang-rt-19-dev)
 missing=()
 for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -55,7 +55,7 @@ def _tool(name):
     path = os.path.join(LLVM_ROOT, "bin", name)
     if not os.access(path, os.X_OK):
         raise ToolchainError("%s not found: apt-get install mlir-19-tools llvm-19 clang-19 "
-                             "libmlir-19 (or set ZGATE_LLVM_ROOT)" % path)
+                             "libclang-rt-19-dev libmlir-19 (or set ZGATE_LLVM_ROOT)" % path)
     return path
 
 

@@ -10,7 +10,8 @@ has it (inputs include NaN and infinities besides the oracle's large |z|).
     python -m pytest tests/ascend/test_lowering.py      (in the triton-ascend environment)
 
 Needs triton-ascend and ascendnpu-ir in the running Python, and Debian's mlir-19-tools,
-llvm-19, clang-19 and libmlir-19; without them every case fails with what is missing.
+llvm-19, clang-19, libclang-rt-19-dev and libmlir-19; without them every case fails with
+what is missing.
 ZGATE_LOWERING_CACHE=<dir> keeps the built kernels between runs.
 """
 import os
