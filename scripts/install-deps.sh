@@ -18,6 +18,12 @@ test_py=(numpy ml_dtypes pytest scikit-build-core)
 
 debs=("${main_debs[@]}")
 [ "$set_name" = test ] && debs+=("${test_debs[@]}")
+# The Python package's compiled hot path (zgate._hot) needs the interpreter's headers; Debian's
+# python3 has them in python3-dev (an interpreter of its own, e.g. pyenv's, brings its own).
+if [ "$set_name" = test ] && ! python3 -c 'import os, sysconfig, sys
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  debs+=(python3-dev)
+fi
 # nvcc compiles its host code with g++: where CUDA is installed, the main job needs it too.
 if [ "$set_name" = main ] && { command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null; then
   debs+=(g++)

@@ -60,25 +60,8 @@ def layout(n, k):
 LAYOUTS = {(n, k): layout(n, k) for n, k in ((3, 2), (3, 3), (5, 3), (5, 4), (5, 5))}
 
 
-def fresh_layout(n, k):
-    """The block for n tensors of which the last n - k are fresh compact outputs, with every
-    field that is always zero left as padding (written as zero bytes, no value to pass):
-    byte_offset, the fresh outputs' strides, cpu_isa. Per shaped tensor: data, device word,
-    dtype word, shape and strides addresses; per fresh one: data, device word, dtype word,
-    shape address; then the k shapes, the k strides, struct_size, num_threads, cuda_stream."""
-    fmt = "<" + "5Q8x" * k + "4Q16x" * (n - k) + "%dx" % (SHAPE_OFF - TENSOR_BYTES * n)
-    fmt += "4q" * k + "%dx" % (160 - 32 * k) + "4q" * k + "%dx" % (160 - 32 * k) + "Qi12xQ"
-    s = struct.Struct(fmt)
-    assert s.size == BLOCK_BYTES
-    return s
-
-
-# the fast paths' layouts: bwd (5 tensors, 3 shaped), fwd (3 tensors, 2 shaped)
-FRESH_BWD, FRESH_FWD = fresh_layout(5, 3), fresh_layout(3, 2)
-
-
 class Block:
-    __slots__ = ("buf", "t", "arrays", "opts", "fresh", "fast", "bwd_args", "fwd_args")
+    __slots__ = ("buf", "t", "arrays", "opts", "fresh", "bwd_args")
 
     def __init__(self):
         self.buf = ctypes.create_string_buffer(BLOCK_BYTES)
@@ -89,17 +72,13 @@ class Block:
                             for i in range(5))
         self.opts = base + OPTS_OFF
         self.fresh = base + SHAPE_OFF   # a fresh output's shape array: the first tensor's
-        # the addresses a fast path packs: the first three tensors' arrays, then self.fresh
-        self.fast = sum(self.arrays[:3], ()) + (self.fresh,)
-        # The arguments of zgate_bwd / zgate_fwd on this block as ready ctypes pointers, for
-        # functions bound without argtypes (zgate._lib.raw): nothing converted per call.
+        # The arguments of zgate_bwd on this block as ready ctypes pointers, for a function
+        # bound without argtypes (zgate._lib.raw; zgate._overhead times the library so).
         vp = ctypes.c_void_p
         self.bwd_args = tuple(vp(a) for a in self.t) + (vp(self.opts),)
-        self.fwd_args = tuple(vp(a) for a in self.t[:3]) + (vp(self.opts),)
 
 
 _tls = threading.local()
-tls = _tls   # the fast paths read tls.block inline (one attribute, no call)
 
 
 def block():

@@ -5,13 +5,14 @@ zgate.triton; under torch.compile, and tensor subclasses such as DTensor, to zga
 custom ops (which take no num_threads: 0, the OpenMP default); plain PyTorch tensors with new
 outputs to the hot path (zgate._adapters.torch); everything else to zgate._call.
 
-A call on a type that has a hot path (_adapters._fast_bwd / _fast_fwd: torch.Tensor, once
-the library is loaded) tries it before anything else; it answers None for a call it does not
-take (traced, given outputs, an NPU tensor, another dtype...), which then goes the general
-route, where any problem is named. Traced, it touches nothing but its first check, so that
-the general route sees the tensors in the same order as without it.
+A call on a type that has a hot path (_adapters._fast_bwd / _fast_fwd: zgate._hot for
+torch.Tensor, once the library is loaded) tries it before anything else, unless it is being
+traced (_adapters.tracing(): torch.compile cannot trace a compiled function, and a traced
+call goes through the custom ops); it answers None for a call it does not take (given
+outputs, an NPU tensor, another dtype...), which then goes the general route, where any
+problem is named.
 """
-from . import _call
+from . import _adapters, _call
 from ._adapters import _fast_bwd, _fast_fwd, _kinds, classify
 from ._args import flag_arg, threads_arg
 
@@ -27,7 +28,7 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
     """
     fast = _fast_bwd.get(type(dout))
-    if fast is not None:
+    if fast is not None and not _adapters.tracing():
         r = fast(dout, z, o, dz, dout_scaled, inplace, num_threads)
         if r is not None:
             return r
@@ -54,7 +55,7 @@ def fwd(o, z, *, out=None, num_threads=0):
     A new `out` is of o's kind, device and dtype, compact; a given one is written in its own
     dtype. Streams as for bwd."""
     fast = _fast_fwd.get(type(o))
-    if fast is not None:
+    if fast is not None and not _adapters.tracing():
         r = fast(o, z, out, num_threads)
         if r is not None:
             return r

@@ -151,6 +151,47 @@ def path():
     return _path
 
 
+_hot = _hot_why = None
+
+
+def hot():
+    """zgate._hot, the compiled hot path (python/ext/hot.c), from the directory of the loaded
+    library (built and installed beside it), or None where it is not there or does not load
+    for this interpreter; hot_why() then says why. Loaded once, after the library."""
+    global _hot, _hot_why
+    if _hot is not None or _hot_why is not None:
+        return _hot
+    import importlib.machinery
+    import importlib.util
+    where = os.path.dirname(os.path.abspath(path()))
+    with _lock:
+        if _hot is not None or _hot_why is not None:
+            return _hot
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            f = os.path.join(where, "_hot" + suffix)
+            if not os.path.exists(f):
+                continue
+            try:
+                spec = importlib.util.spec_from_file_location("zgate._hot", f)
+                m = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(m)
+            except ImportError as e:
+                _hot_why = "%s does not load: %s" % (f, e)
+                return None
+            sys.modules["zgate._hot"] = m
+            _hot = m
+            return m
+        _hot_why = ("no _hot%s beside %s (built where CPython's headers exist: install "
+                    "python3-dev and rebuild)" % (importlib.machinery.EXTENSION_SUFFIXES[0], where))
+        return None
+
+
+def hot_why():
+    """Why hot() is None ('' when it is loaded)."""
+    hot()
+    return _hot_why or ""
+
+
 def fail(status, dtype_names=None):
     """The zgate.Error for a nonzero status of the calling thread's last call. dtype_names maps
     the call's tensor names to their dtypes as the caller spells them (e.g. "int32",

@@ -9,21 +9,22 @@ For each implementation, `calls` back-to-back calls are timed twice in one run:
   wall us/call  time until the device has *finished* the last call (torch.cuda.synchronize),
                 divided by the calls: the throughput of back-to-back calls.
 Each figure is the median of `repeats` runs, after a warm-up (and compilation).
-Implementations: zgate.bwd (new outputs: the fast path), zgate.bwd with given outputs,
-zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode), torch.compile of
+Implementations: zgate.bwd (new outputs: the hot path, zgate._hot), zgate.bwd with given
+outputs, zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode), torch.compile of
 the formula, PyTorch eager, and the original Triton compute_dzdo when --orig (or env
 ZGATE_ORIG_MAMBA3) names the folder holding mamba3_siso_bwd.py (imported under a
 temporary mamba_ssm package; nothing of it is kept).
 
---breakdown adds a second table: the host time of zgate.bwd's fast path taken apart, on the
+--breakdown adds a second table: the host time of zgate.bwd's hot path taken apart, on the
 same tensors in the same run. Each part is done alone `calls` times in a loop (a Python
 function doing only that part), the loop and call of an empty function subtracted; the parts
 are timed in turns within each repeat, and each figure is the median of `repeats` (and the
 minimum, the figure to read on a loaded host, where a longer turn is likelier to be
-preempted). The rest (the whole minus the parts) is the glue: function calls, locals,
-branches. On CPU tensors
-the library call does real work (use a tiny shape, e.g. 1,1,1,8); the Python parts are the
-same as on CUDA.
+preempted). The parts are zgate.bwd's entry (its checks, torch.compiler.is_compiling
+included) and what the hot path calls (PyTorch's current stream and allocator; the library through ctypes, whose own cost is shown); the rest (the whole minus
+the parts) is zgate._hot's own work: the tensors' attributes read from C, the DLTensor
+headers, the calls between. On CPU tensors the library call does real work (use a tiny
+shape, e.g. 1,1,1,8); the other parts are the same as on CUDA.
 """
 import argparse
 import importlib
@@ -107,146 +108,81 @@ def _time_parts(parts, sync, calls, repeats):
 
 
 def _parts(dout, z, o):
-    """The fast path of zgate.bwd(dout, z, o) (zgate._adapters.torch.bwd_fast) in parts, each
-    a function doing that part alone on these tensors: [(name, fn, summed)]; the parts not
-    summed are alternatives or parts of a part, for comparison. Then the whole."""
+    """What zgate.bwd(dout, z, o) does on its hot path (zgate._hot.bwd, python/ext/hot.c)
+    besides reading the tensors' attributes, each as a function doing that part alone on
+    these tensors: [(name, fn, summed)]; the parts not summed are parts of a part or
+    alternatives, for comparison."""
     import torch
     import zgate
     from zgate import _adapters, _args, _lib
     from zgate._adapters import torch as ad
 
-    zgate.bwd(dout, z, o)   # loads the library and the adapter: the fast path is bound
-    if _adapters._fast_bwd.get(torch.Tensor) is not ad.bwd_fast:
-        raise RuntimeError("zgate.bwd's fast path is not bound for torch.Tensor")
+    zgate.bwd(dout, z, o)   # loads the library and the adapter: the hot path is bound
+    hot = _lib.hot()
+    if hot is None or _adapters._fast_bwd.get(torch.Tensor) is not hot.bwd:
+        raise RuntimeError("zgate.bwd's hot path is not bound for torch.Tensor: %s"
+                           % (_lib.hot_why() or "zgate._hot is loaded but not bound"))
     cuda = dout.is_cuda
     idx = dout.get_device()
-    words, wget = ad._words, ad._words.get
-    rs, ea, cf, isc = ad._raw_stream, ad._empty_like, ad._contiguous, ad._is_compiling
+    rs, ea, cf = ad._raw_stream, ad._empty_like, ad._contiguous
     dtype, device, size = dout.dtype, dout.device, tuple(dout.shape)
-    tls = _args.tls
-    # A block of the breakdown's own: the calls of the whole pack the thread's block with
-    # outputs that are freed after each call, so a library call on that block would write to
-    # freed memory. This one holds the outputs made here, which live as long as the parts.
+    # The library rows run on a block of the breakdown's own, packed once by the general
+    # path with outputs made here, which live as long as the parts.
     b = _args.Block()
-    s0, t0, s1, t1, s2, t2, f0 = b.fast
-    buf, pack = b.buf, _args.FRESH_BWD.pack_into
     dz, dos = ea(dout, memory_format=cf), ea(dout, memory_format=cf)
-    stream = rs(idx) if cuda else 0
-    dd = 2 | idx << 32 if cuda else _args.CPU_WORD
-    dz_ = 2 | z.get_device() << 32 if z.is_cuda else _args.CPU_WORD
-    do_ = 2 | o.get_device() << 32 if o.is_cuda else _args.CPU_WORD
-    wd, wz, wo = words[dout.dtype], words[z.dtype], words[o.dtype]
-    p0, p1, p2, p3, p4 = (t.data_ptr() for t in (dout, z, o, dz, dos))
-    sd, sz, so = dout.shape, z.shape, o.shape
-    td, tz, to = dout.stride(), z.stride(), o.stride()
-    opt = _args.OPTIONS_SIZE
-    c_bwd, args = ad._c_bwd, b.bwd_args
+    descs = [ad.describe(t, n, False, None, []) for t, n in
+             ((dout, "dout"), (z, "z"), (o, "o"), (dz, "dz"), (dos, "dout_scaled"))]
+    _args.pack(b, descs, 0, 0, rs(idx) if cuda else 0)
+    c_bwd, args = _lib.raw("zgate_bwd"), b.bwd_args
     trivial = _lib.raw("zgate_cuda_built")
-    lib = _lib.load()
-    at = b.t + (b.opts,)
-
-    def f_dtype():
-        return wget(dout.dtype), wget(z.dtype), wget(o.dtype), type(dout), type(z), type(o)
-
-    def f_shape():
-        return len(dout.shape), z.shape, o.shape
-
-    def f_stride():
-        return dout.stride(), z.stride(), o.stride()
-
-    def f_data_ptr():
-        return dout.data_ptr(), z.data_ptr(), o.data_ptr(), dz.data_ptr(), dos.data_ptr()
-
-    if cuda:
-        def f_device():
-            return (dout.is_cuda, dout.get_device(), z.is_cuda, z.get_device(), o.is_cuda,
-                    o.get_device())
-    else:
-        def f_device():
-            return dout.is_cuda, dout.is_cpu, z.is_cuda, z.is_cpu, o.is_cuda, o.is_cpu
-
-    _args.block()
-
-    def f_block():
-        s0, t0, s1, t1, s2, t2, f0 = tls.block.fast
-        return s0
 
     def f_alloc():
         dz = ea(dout, memory_format=cf)
         return dz, ea(dz)
 
-    def f_alloc_cf():
-        return ea(dout, memory_format=cf), ea(dout, memory_format=cf)
-
     def f_empty():
         return (torch.empty(size, dtype=dtype, device=device),
                 torch.empty(size, dtype=dtype, device=device))
 
-    def f_empty_like():
-        return ea(dout), ea(dout)
-
-    def f_pack():
-        pack(buf, 0, p0, dd, wd, s0, t0, p1, dz_, wz, s1, t1, p2, do_, wo, s2, t2,
-             p3, dd, wd, f0, p4, dd, wd, f0, *sd, *sz, *so, *td, *tz, *to, opt, 0, stream)
-
-    f_pack()   # the library rows run on this block as packed here, in any order
-
     def f_library():
         return c_bwd(*args)
 
-    def f_argtypes():
-        return lib.zgate_bwd(*at)
-
-    parts = [
-        ("torch.compiler.is_compiling() (a traced call goes through the ops)", isc, True),
-        ("dtype x3 and its header word (a dict), type() x3", f_dtype, True),
-        ("device x3 (%s)" % ("is_cuda, get_device()" if cuda else "is_cuda, is_cpu"),
-         f_device, True),
-    ]
+    parts = []
     if cuda:
         parts.append(("current raw stream (torch._C._cuda_getCurrentRawStream)",
                       lambda: rs(idx), True))
     parts += [
-        ("shape x3 (and len)", f_shape, True),
-        ("stride() x3", f_stride, True),
-        ("data_ptr() x5 (3 inputs, 2 outputs)", f_data_ptr, True),
-        ("the thread's block and its addresses", f_block, True),
         ("2 outputs: dz = torch.empty_like(dout, memory_format=torch.contiguous_format), "
          "torch.empty_like(dz)", f_alloc, True),
-        ("  instead: torch.empty_like(dout, memory_format=torch.contiguous_format) x2",
-         f_alloc_cf, False),
         ("  instead: torch.empty(size, dtype=, device=) x2 (cached args)", f_empty, False),
-        ("  instead: torch.empty_like(dout) x2 (strides of dout where dense)", f_empty_like,
-         False),
-        ("pack of 50 values into the block (struct.pack_into, values read)", f_pack, True),
-        ("library: zgate_bwd on the packed block (validation%s)"
+        ("library: zgate_bwd through ctypes (validation%s)"
          % (", cudaLaunchKernel" if cuda else ", the CPU work"), f_library, True),
         ("  of which the foreign call: zgate_cuda_built() (no arguments)", trivial, False),
-        ("  instead: zgate_bwd bound with argtypes, 6 ints converted", f_argtypes, False),
     ]
     return parts
 
 
 def breakdown(dout, z, o, sync, calls, repeats):
-    """Prints the table of the fast path's parts (see the module's docstring)."""
+    """Prints the table of the hot path's parts (see the module's docstring)."""
     import torch
     import zgate
-    from zgate import _adapters
-    from zgate._adapters import torch as ad
+    from zgate import _adapters, _lib
 
     parts = _parts(dout, z, o)
+    hot = _lib.hot()
     res = (torch.empty_like(dout), torch.empty_like(dout))
     stub = lambda d, z, o, dz, ds, i, n: res  # noqa: E731
     whole = [
         ("zgate.bwd(dout, z, o): the whole", lambda: zgate.bwd(dout, z, o)),
-        ("zgate.bwd's entry and routing (the fast path replaced by a stub)",
+        ("zgate.bwd's entry and routing, is_compiling() included (the hot path replaced by a "
+         "stub)",
          lambda: zgate.bwd(dout, z, o)),
         ("torch.ops.zgate.bwd(dout, z, o) (custom op, eager)",
          lambda: torch.ops.zgate.bwd(dout, z, o)),
-        ("the fast path called alone (zgate._adapters.torch.bwd_fast)",
-         lambda: ad.bwd_fast(dout, z, o, None, None, False, 0)),
+        ("the hot path called alone (zgate._hot.bwd)",
+         lambda: hot.bwd(dout, z, o, None, None, False, 0)),
     ]
-    # the routing alone: time it with the fast path replaced by the stub, in its own turn
+    # the routing alone: time it with the hot path replaced by the stub, in its own turn
     timed = _time_parts([(n, f) for n, f, _ in parts] + [whole[0], whole[2], whole[3]],
                         sync, calls, repeats)
     fast = _adapters._fast_bwd[torch.Tensor]
@@ -257,7 +193,7 @@ def breakdown(dout, z, o, sync, calls, repeats):
     finally:
         _adapters._fast_bwd[torch.Tensor] = fast
     loop = timed[None][0]
-    print("Host time of zgate.bwd's fast path, in parts (each done alone %d times, net of an "
+    print("Host time of zgate.bwd's hot path, in parts (each done alone %d times, net of an "
           "empty loop of %.3f us a turn; median and minimum of %d)" % (calls, loop, repeats))
     print("| part | host us/call | host, min | wall us/call | in the sum |")
     print("|---|---|---|---|---|")
@@ -272,12 +208,13 @@ def breakdown(dout, z, o, sync, calls, repeats):
     h_all, m_all, w_all = timed[whole[0][0]]
     print("| **sum of the parts** | **%.3f** | **%.3f** | | |" % tuple(total))
     print("| %s | %.3f | %.3f | %.3f | |" % (whole[0][0], h_all, m_all, w_all))
-    print("| rest: the whole minus the parts (glue: calls, branches, locals, argument "
-          "tuples) | %.3f | %.3f | | |" % (h_all - total[0], m_all - total[1]))
+    print("| rest: the whole minus the parts (zgate._hot's reads of the tensors' attributes "
+          "from C, the DLTensor headers, calls) | %.3f | %.3f | | |"
+          % (h_all - total[0], m_all - total[1]))
     op, alone = timed[whole[2][0]], timed[whole[3][0]]
     print("| %s | %.3f | %.3f | %.3f | |" % ((whole[2][0],) + op))
     print("| %s | %.3f | %.3f | %.3f | |" % ((whole[3][0],) + alone))
-    print("| custom-op dispatch: torch.ops.zgate.bwd minus the fast path alone | %.3f | %.3f "
+    print("| custom-op dispatch: torch.ops.zgate.bwd minus the hot path alone | %.3f | %.3f "
           "| | |" % (op[0] - alone[0], op[1] - alone[1]))
 
 
@@ -290,7 +227,7 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--breakdown", action="store_true",
-                    help="also take zgate.bwd's fast path apart (a second table)")
+                    help="also take zgate.bwd's hot path apart (a second table)")
     ap.add_argument("--only-breakdown", action="store_true",
                     help="the breakdown table alone")
     a = ap.parse_args(argv)

@@ -1,9 +1,14 @@
-"""The PyTorch hot path of zgate.bwd / zgate.fwd (zgate._adapters.torch.bwd_fast / fwd_fast):
-its block is byte for byte the general path's, it takes the calls it should and declines the
-others (which then give the general path's results and errors), and zgate._overhead's
-breakdown runs."""
+"""The compiled hot path of zgate.bwd / zgate.fwd on plain PyTorch tensors (zgate._hot,
+python/ext/hot.c): it is built and bound, the headers and options it hands the library are
+the general path's field for field, it takes the calls it should and declines the others
+(which then give the general path's results and errors), it holds no references it should
+not, and zgate._overhead's breakdown runs."""
 import contextlib
+import ctypes
+import gc
 import io
+import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -12,7 +17,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 import zgate  # noqa: E402
 import zgate.torch  # noqa: E402,F401  (torch.ops.zgate)
-from zgate import _adapters, _args, _call, _overhead  # noqa: E402
+from zgate import _adapters, _args, _call, _lib, _overhead  # noqa: E402
 from zgate._adapters import torch as ad  # noqa: E402
 from tt_util import cuda_ready, np_of, tinputs  # noqa: E402
 from zg_oracle import check, ref_bwd, ref_fwd  # noqa: E402
@@ -23,10 +28,20 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA_OK,
                                                                 reason=CUDA_WHY or "CUDA"))]
 
 
-def _bound():
+def _hot():
+    """zgate._hot, bound: a build without it fails here (it is part of the package)."""
     zgate.bwd(*(torch.ones(1, 1, 1, 4) for _ in range(3)))   # loads the library and adapter
-    assert _adapters._fast_bwd.get(torch.Tensor) is ad.bwd_fast
-    assert _adapters._fast_fwd.get(torch.Tensor) is ad.fwd_fast
+    hot = _lib.hot()
+    assert hot is not None, _lib.hot_why()
+    assert _adapters._fast_bwd.get(torch.Tensor) is hot.bwd
+    assert _adapters._fast_fwd.get(torch.Tensor) is hot.fwd
+    return hot
+
+
+def test_hot_path_is_built_beside_the_library():
+    hot = _hot()
+    assert hot.__file__.startswith(zgate.library_path().rsplit("/", 1)[0] + "/")
+    assert _lib.hot_why() == ""
 
 
 def _mixed_inputs(rng, device="cpu"):
@@ -37,52 +52,101 @@ def _mixed_inputs(rng, device="cpu"):
             o.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3))
 
 
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_uint64), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_threads", ctypes.c_int),
+                ("cpu_isa", ctypes.c_char_p), ("cuda_stream", ctypes.c_void_p)]
+
+
+def _fields(addr):
+    """A DLTensor header at addr as plain values (arrays read out; NULL strides as None)."""
+    t = _DLTensor.from_address(addr)
+    return (t.data, t.device_type, t.device_id, t.ndim, t.code, t.bits, t.lanes,
+            tuple(t.shape[i] for i in range(t.ndim)),
+            tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None, t.byte_offset)
+
+
+def _options(addr):
+    o = _Options.from_address(addr)
+    return o.struct_size, o.num_threads, o.cpu_isa, o.cuda_stream or 0
+
+
+@contextlib.contextmanager
+def _recording(hot):
+    """zgate._hot bound to entry points that record the headers and options they get and
+    return 0 (the outputs stay as allocated); the library's entry points bound again after."""
+    seen = []
+    bwd_t = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 6)
+    fwd_t = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 4)
+
+    def record(*a):
+        seen.append(([_fields(x) for x in a[:-1]], _options(a[-1])))
+        return 0
+    b, f = bwd_t(record), fwd_t(record)
+    addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+    hot.bind(addr(b), addr(f), torch.Tensor, (torch.float32, torch.float16, torch.bfloat16),
+             torch.empty_like, torch.contiguous_format, ad._raw_stream, ad._failure)
+    try:
+        yield seen
+    finally:
+        ad._bind()
+
+
+def _general(descs, fresh, num_threads, stream):
+    b = _args.Block()
+    _args.pack(b, descs, fresh, num_threads, stream)
+    return [_fields(a) for a in b.t[:len(descs)]], _options(b.opts)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_threads", [0, 3])
-def test_fast_block_is_the_general_layout(rng, num_threads, device):
-    """The padded layouts (FRESH_BWD / FRESH_FWD) write the same bytes as the general
-    layouts with the zero fields given as values (on CUDA: the current stream too)."""
-    _bound()
+def test_hot_headers_are_the_general_paths(rng, num_threads, device):
+    """Every field of the five (three) DLTensor headers and of zgate_options that the hot
+    path hands the library equals what the general path packs for the same tensors (on
+    CUDA: the current stream, on a stream of its own so that 0 would not pass)."""
+    hot = _hot()
     dout, z, o = _mixed_inputs(rng, device)
-    b = _args.block()
-    if device == "cuda":   # on a stream of its own, so that a stream of 0 would not pass
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            assert side.cuda_stream
-            _check_blocks(b, dout, z, o, num_threads, side.cuda_stream)
-        side.synchronize()
-    else:
-        _check_blocks(b, dout, z, o, num_threads, 0)
+    side = torch.cuda.Stream() if device == "cuda" else None
+    with _recording(hot) as seen, (torch.cuda.stream(side) if side else contextlib.nullcontext()):
+        stream = side.cuda_stream if side else 0
+        assert not side or stream
+        dz, dos = hot.bwd(dout, z, o, None, None, False, num_threads)
+        out = hot.fwd(o, z, None, num_threads)
+        given = hot.bwd_into(dout, z, o, dz, dos, num_threads)
+    assert given[0] is dz and given[1] is dos
+    assert len(seen) == 3
 
-
-def _check_blocks(b, dout, z, o, num_threads, stream):
-    for n in range(2):   # the first pass also leaves the block dirty for the second
-        dz, dos = ad.bwd_fast(dout, z, o, None, None, False, num_threads)
-        fast = bytes(b.buf)
-        b.buf.raw = b"\xa5" * _args.BLOCK_BYTES
-        descs = [ad.describe(t, n, False, 1, []) for t, n in
-                 ((dout, "dout"), (z, "z"), (o, "o"), (dz, "dz"), (dos, "dout_scaled"))]
-        _args.pack(b, descs, 2, num_threads, stream)
-        assert bytes(b.buf) == fast
-        out = ad.fwd_fast(o, z, None, num_threads)
-        fast = bytes(b.buf)
-        b.buf.raw = b"\x5a" * _args.BLOCK_BYTES
-        descs = [ad.describe(t, n, False, 1, []) for t, n in ((o, "o"), (z, "z"), (out, "out"))]
-        _args.pack(b, descs, 1, num_threads, stream)
-        assert bytes(b.buf) == fast
+    def desc(t, n):
+        return ad.describe(t, n, False, None, [])
+    names = ("dout", "z", "o", "dz", "dout_scaled")
+    five = [desc(t, n) for t, n in zip((dout, z, o, dz, dos), names)]
+    assert seen[0] == _general(five, 2, num_threads, stream)
+    three = [desc(t, n) for t, n in ((o, "o"), (z, "z"), (out, "out"))]
+    assert seen[1] == _general(three, 1, num_threads, stream)
+    assert seen[2] == _general(five, 0, num_threads, stream)
+    assert seen[0][1] == (ctypes.sizeof(_Options), num_threads, None, stream)
+    # and the real call on these tensors is right
+    dz, dos = hot.bwd(dout, z, o, None, None, False, num_threads)
+    out = hot.fwd(o, z, None, num_threads)
     r = ref_bwd(*(np_of(t) for t in (dout, z, o)))
     check("dz", np_of(dz), r[0], r[2], r[4])
     check("dout_scaled", np_of(dos), r[1], r[3], r[5])
     check("out", np_of(out), *ref_fwd(np_of(o), np_of(z)))
 
 
-def test_zgate_bwd_takes_the_fast_path(rng, monkeypatch):
-    _bound()
+def test_zgate_bwd_takes_the_hot_path(rng, monkeypatch):
+    hot = _hot()
     taken = []
 
     def spy(*a):
-        r = ad.bwd_fast(*a)
+        r = hot.bwd(*a)
         taken.append(r is not None)
         return r
     monkeypatch.setitem(_adapters._fast_bwd, torch.Tensor, spy)
@@ -104,12 +168,17 @@ def _outcome(fn):
     return "ok", tuple(np_of(t).tobytes() for t in r)
 
 
+class _Sub(torch.Tensor):
+    pass
+
+
 # case -> (the call's arguments from (dout, z, o), whether the hot path takes it)
 CASES = {
     "plain": (lambda d, z, o: (d, z, o, 0), True),
-    "float64 z": (lambda d, z, o: (d, z.double(), o, 0), True),        # the library refuses
     "shape mismatch": (lambda d, z, o: (d, z[:, :2], o, 0), True),     # the library refuses
     "num_threads -1": (lambda d, z, o: (d, z, o, -1), True),           # the library refuses
+    "float16 o": (lambda d, z, o: (d, z, o.half(), 0), True),
+    "float64 z": (lambda d, z, o: (d, z.double(), o, 0), False),       # the general path names it
     "int32 o": (lambda d, z, o: (d, z, o.int(), 0), False),
     "3-D": (lambda d, z, o: (d[0], z[0], o[0], 0), False),
     "num_threads beyond a C int": (lambda d, z, o: (d, z, o, 2 ** 40), False),
@@ -117,30 +186,84 @@ CASES = {
     "num_threads a bool": (lambda d, z, o: (d, z, o, True), False),
     "z a NumPy array": (lambda d, z, o: (d, z.numpy(), o, 0), False),
     "meta dout": (lambda d, z, o: (d.to("meta"), z, o, 0), False),
+    "sparse z": (lambda d, z, o: (d, z.to_sparse(), o, 0), False),      # stride() raises
+    "a subclass": (lambda d, z, o: (d.as_subclass(_Sub), z, o, 0), False),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fast_path_agrees_with_the_general_path(rng, case):
+def test_hot_path_agrees_with_the_general_path(rng, case):
     """Whether the hot path takes a call or not, zgate.bwd gives what the general path gives:
     the same outputs, or the same zgate.Error."""
-    _bound()
+    hot = _hot()
     args, taken = CASES[case]
     d, z, o, n = args(*tinputs(rng, SHAPE, torch.float32))
     if not taken:
-        assert ad.bwd_fast(d, z, o, None, None, False, n) is None
+        assert hot.bwd(d, z, o, None, None, False, n) is None
     else:
-        assert _outcome(lambda: ad.bwd_fast(d, z, o, None, None, False, n)) != (None,)
+        assert _outcome(lambda: hot.bwd(d, z, o, None, None, False, n)) != (None,)
     got = _outcome(lambda: zgate.bwd(d, z, o, num_threads=n))
 
     def general():   # zgate._call with num_threads checked as zgate.bwd checks it
         return _call.bwd(ad, d, z, o, None, None, False, _args.threads_arg(n))
     want = _outcome(general)
     assert got == want
-    ok = ("plain", "3-D", "z a NumPy array", "num_threads a NumPy int")
+    ok = ("plain", "float16 o", "3-D", "z a NumPy array", "num_threads a NumPy int", "a subclass")
     assert got[0] == ("ok" if case in ok else "error"), got
-    if got[0] == "error" and case == "float64 z":
+    if case == "float64 z":
         assert "z: dtype torch.float64 is not" in got[2]
+
+
+def test_fwd_declines_what_the_general_path_takes(rng):
+    hot = _hot()
+    o, z = tinputs(rng, SHAPE, torch.bfloat16)[:2]
+    assert hot.fwd(o, z, torch.empty_like(o), 0) is None          # a given output
+    assert hot.fwd(o[0], z[0], None, 0) is None                    # 3-D
+    with pytest.raises(zgate.Error, match="SHAPE_MISMATCH"):
+        hot.fwd(o, z[:, :2], None, 0)
+    assert np_of(zgate.fwd(o[0], z[0])).tobytes() == np_of(zgate.fwd(o, z)[0]).tobytes()
+
+
+def test_no_reference_is_kept_or_lost(rng):
+    """Taken, declined and refused calls leave every argument's (and PyTorch object's)
+    reference count as it was, keep no temporary alive, and the outputs of a taken call are
+    referenced only by the caller."""
+    hot = _hot()
+    d, z, o = tinputs(rng, SHAPE, torch.bfloat16)
+    bad = z[:, :2]
+    calls = [lambda: hot.bwd(d, z, o, None, None, False, 0),
+             lambda: hot.fwd(o, z, None, 0),
+             lambda: hot.bwd(d, z.double(), o, None, None, False, 0),
+             lambda: hot.bwd_into(d, z, o, torch.empty_like(d), torch.empty_like(d), 0)]
+    for fn in calls:
+        fn()
+    for t in (d, z, o, bad):
+        t.grad   # noqa: B018  (any attribute cache PyTorch fills, filled before counting)
+    counted = (d, z, o, bad, torch.bfloat16, torch.float64, torch.contiguous_format)
+    gc.collect()
+    before = [sys.getrefcount(t) for t in counted]
+    blocks = sys.getallocatedblocks()
+    for _ in range(200):
+        for fn in calls:
+            r = fn()
+            outs = [weakref.ref(t) for t in (r if isinstance(r, tuple) else (r,))
+                    if t is not None]
+            del r
+            assert all(w() is None for w in outs)   # freed with the caller's references
+        with pytest.raises(zgate.Error):
+            hot.bwd(d, bad, o, None, None, False, 0)
+    gc.collect()
+    # a temporary (a shape, a stride tuple, an int) kept per call would add 200 or more
+    assert sys.getallocatedblocks() - blocks < 100
+    assert [sys.getrefcount(t) for t in counted] == before
+
+
+def test_argument_count_is_checked():
+    hot = _hot()
+    with pytest.raises(TypeError, match="takes 7 arguments"):
+        hot.bwd(1, 2, 3)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        hot.fwd()
 
 
 def test_breakdown_runs_and_names_every_part(capsys):
@@ -152,7 +275,7 @@ def test_breakdown_runs_and_names_every_part(capsys):
                         "--calls", "3", "--repeats", "3"])
     text = buf.getvalue()
     for n in names + ["sum of the parts", "the whole", "rest: the whole minus the parts",
-                      "custom-op dispatch", "entry and routing"]:
+                      "custom-op dispatch", "entry and routing", "zgate._hot.bwd"]:
         assert n in text, n
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) >= len(names) + 7
@@ -161,7 +284,7 @@ def test_breakdown_runs_and_names_every_part(capsys):
 def test_new_outputs_are_compact_whatever_douts_strides(rng):
     """A dout that is contiguous with an odd stride on a size-1 dimension, or permuted: the
     new outputs have the compact strides of its shape all the same."""
-    _bound()
+    hot = _hot()
     shape = (1, 4, 2, 8)
     d, z, o = tinputs(rng, shape, torch.bfloat16)
     odd = torch.empty_strided(shape, (999, 16, 8, 1), dtype=torch.bfloat16)
@@ -171,7 +294,7 @@ def test_new_outputs_are_compact_whatever_douts_strides(rng):
     compact = torch.empty(shape).stride()
     r = ref_bwd(*(np_of(t) for t in (d, z, o)))
     for dout in (odd, perm):
-        taken = ad.bwd_fast(dout, z, o, None, None, False, 0)
+        taken = hot.bwd(dout, z, o, None, None, False, 0)
         assert taken is not None
         for got in (taken, zgate.bwd(dout, z, o), torch.ops.zgate.bwd(dout, z, o)):
             dz, dos = got

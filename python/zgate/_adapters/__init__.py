@@ -15,10 +15,18 @@ import sys
 from .._lib import Error
 
 _kinds = {}   # type -> adapter module
-# type -> hot path of zgate.bwd / zgate.fwd with new outputs, tried before the general route:
-# fn(dout, z, o, num_threads) / fn(o, z, num_threads), a result, or None to take that route
+# type -> hot path of zgate.bwd / zgate.fwd with new outputs, tried before the general route
+# unless tracing() (a compiled function, which torch.compile cannot trace):
+# fn(dout, z, o, dz, dout_scaled, inplace, num_threads) / fn(o, z, out, num_threads), a
+# result, or None to take that route
 _fast_bwd = {}
 _fast_fwd = {}
+
+
+def tracing():
+    """Whether the call is being traced (the PyTorch adapter puts torch.compiler.is_compiling
+    here when it registers its hot path)."""
+    return False
 
 
 def classify(x):

@@ -1,0 +1,370 @@
+/* zgate._hot: the hot path of zgate's calls on plain PyTorch tensors, compiled.
+ *
+ * A call reads each tensor's metadata through its Python attributes (dtype, is_cuda /
+ * is_cpu, get_device(), shape, stride(), data_ptr(): no libtorch, so one build serves every
+ * PyTorch), allocates new outputs with torch.empty_like, fills DLTensor headers on the C
+ * stack and calls libzgate through the entry points that zgate._lib loaded (their addresses
+ * are handed over by bind(): one loader, the library ZGATE_LIBRARY names included).
+ *
+ * Each entry answers None for a call it does not take (another type, dtype, rank or device,
+ * a num_threads that is not a plain int within a C int, an attribute that raises): the
+ * caller then takes the general path of zgate._call, which names any problem. Callers do not
+ * call it under torch.compile's tracing, which cannot trace a compiled function.
+ * A call it takes and the library refuses raises what bind()'s `fail` builds, the same
+ * zgate.Error as the general path's. The GIL is released around the library call.
+ *
+ *   bind(bwd_addr, fwd_addr, tensor_type, (float32, float16, bfloat16), empty_like,
+ *        contiguous_format, raw_stream, fail)
+ *   bwd(dout, z, o, dz, dout_scaled, inplace, num_threads) -> (dz, dout_scaled) | None
+ *        new outputs only: declines given outputs and inplace (the general path bumps the
+ *        given tensors' versions)
+ *   bwd_into(dout, z, o, dz, dout_scaled, num_threads) -> (dz, dout_scaled) | None
+ *        into given outputs, no versions bumped: for outputs just allocated
+ *   fwd(o, z, out, num_threads) -> out | None        new output only
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "zgate.h"
+
+typedef int (*zg_bwd_fn)(const DLTensor *, const DLTensor *, const DLTensor *, DLTensor *,
+                         DLTensor *, const zgate_options *);
+typedef int (*zg_fwd_fn)(const DLTensor *, const DLTensor *, DLTensor *, const zgate_options *);
+
+/* What bind() hands over; all NULL until then (every call is declined). One interpreter. */
+static struct {
+  zg_bwd_fn bwd;
+  zg_fwd_fn fwd;
+  PyObject *tensor; /* torch.Tensor: exact type only (subclasses have their own dispatch) */
+  PyObject *dtypes[3];
+  PyObject *empty_like, *contiguous, *raw_stream, *fail;
+  PyObject *kw_memory_format; /* ("memory_format",): vectorcall's keyword names */
+} H;
+
+static const DLDataType kDtypes[3] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
+
+static PyObject *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device, *s_shape, *s_stride, *s_data_ptr;
+
+enum { TAKEN = 1, DECLINED = 0, FAILED = -1 };
+
+/* One tensor's DLTensor header and the arrays it points to. */
+typedef struct {
+  DLTensor t;
+  int64_t shape[4], strides[4];
+} Desc;
+
+/* An exception from a tensor's attribute is the general path's to name (a sparse tensor's
+ * stride(), say): declined. Anything that is not an Exception (KeyboardInterrupt) passes. */
+static int declined_on_error(void) {
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) return FAILED;
+  PyErr_Clear();
+  return DECLINED;
+}
+
+static int read_i64(PyObject *v, int64_t *out) {
+  long long x = PyLong_AsLongLong(v);
+  if (x == -1 && PyErr_Occurred()) return -1;
+  *out = (int64_t)x;
+  return 0;
+}
+
+/* The 4 ints of a tuple (torch.Size is one) into out; DECLINED for another rank. */
+static int read4(PyObject *tup, int64_t out[4]) {
+  if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != 4) return DECLINED;
+  for (int i = 0; i < 4; i++)
+    if (read_i64(PyTuple_GET_ITEM(tup, i), &out[i])) return declined_on_error();
+  return TAKEN;
+}
+
+static int read_ptr(PyObject *x, void **out) {
+  PyObject *p = PyObject_CallMethodNoArgs(x, s_data_ptr);
+  if (!p) return declined_on_error();
+  unsigned long long v = PyLong_AsUnsignedLongLong(p);
+  Py_DECREF(p);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) return declined_on_error();
+  *out = (void *)(uintptr_t)v;
+  return TAKEN;
+}
+
+/* dtype and device of x into d->t: DECLINED for a dtype outside the three or a device other
+ * than CPU and CUDA. */
+static int read_kind(PyObject *x, Desc *d) {
+  PyObject *dt = PyObject_GetAttr(x, s_dtype);
+  if (!dt) return declined_on_error();
+  int k = 0;
+  while (k < 3 && dt != H.dtypes[k]) k++;
+  Py_DECREF(dt);
+  if (k == 3) return DECLINED;
+  d->t.dtype = kDtypes[k];
+  PyObject *c = PyObject_GetAttr(x, s_is_cuda);
+  if (!c) return declined_on_error();
+  int cuda = c == Py_True;
+  Py_DECREF(c);
+  if (cuda) {
+    PyObject *i = PyObject_CallMethodNoArgs(x, s_get_device);
+    if (!i) return declined_on_error();
+    long id = PyLong_AsLong(i);
+    Py_DECREF(i);
+    if (id == -1 && PyErr_Occurred()) return declined_on_error();
+    d->t.device.device_type = kDLCUDA;
+    d->t.device.device_id = (int32_t)id;
+    return TAKEN;
+  }
+  c = PyObject_GetAttr(x, s_is_cpu);
+  if (!c) return declined_on_error();
+  int cpu = c == Py_True;
+  Py_DECREF(c);
+  if (!cpu) return DECLINED;
+  d->t.device.device_type = kDLCPU;
+  d->t.device.device_id = 0;
+  return TAKEN;
+}
+
+/* The whole header of x: kind, shape, strides, data. */
+static int describe(PyObject *x, Desc *d) {
+  memset(&d->t, 0, sizeof d->t);
+  int r = read_kind(x, d);
+  if (r != TAKEN) return r;
+  PyObject *s = PyObject_GetAttr(x, s_shape);
+  if (!s) return declined_on_error();
+  r = read4(s, d->shape);
+  Py_DECREF(s);
+  if (r != TAKEN) return r;
+  s = PyObject_CallMethodNoArgs(x, s_stride);
+  if (!s) return declined_on_error();
+  r = read4(s, d->strides);
+  Py_DECREF(s);
+  if (r != TAKEN) return r;
+  d->t.ndim = 4;
+  d->t.shape = d->shape;
+  d->t.strides = d->strides;
+  return read_ptr(x, &d->t.data);
+}
+
+/* A new output like `like`'s description: compact (strides NULL), its shape, dtype, device. */
+static int describe_fresh(PyObject *x, const Desc *like, Desc *d) {
+  memset(&d->t, 0, sizeof d->t);
+  d->t.device = like->t.device;
+  d->t.dtype = like->t.dtype;
+  d->t.ndim = 4;
+  d->t.shape = (int64_t *)like->shape;
+  return read_ptr(x, &d->t.data);
+}
+
+/* Declines a call before bind(), one on another type than torch.Tensor itself, and a
+ * num_threads that is not a plain int within a C int. */
+static int admissible(PyObject *const *ts, int n, PyObject *num_threads, int *threads) {
+  if (!H.tensor) return DECLINED;
+  for (int i = 0; i < n; i++)
+    if ((PyObject *)Py_TYPE(ts[i]) != H.tensor) return DECLINED;
+  if (!PyLong_CheckExact(num_threads)) return DECLINED;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(num_threads, &overflow);
+  if (overflow || v < INT32_MIN || v > INT32_MAX) return DECLINED;
+  *threads = (int)v;
+  return TAKEN;
+}
+
+/* The options of a call on tensors described by d: num_threads and, on CUDA, PyTorch's
+ * current stream of the device. */
+static int options_of(const Desc *d, int threads, zgate_options *o) {
+  zgate_options init = ZGATE_OPTIONS_INIT;
+  *o = init;
+  o->num_threads = threads;
+  if (d->t.device.device_type != kDLCUDA) return TAKEN;
+  PyObject *i = PyLong_FromLong(d->t.device.device_id);
+  if (!i) return FAILED;
+  PyObject *s = PyObject_CallOneArg(H.raw_stream, i);
+  Py_DECREF(i);
+  if (!s) return declined_on_error();
+  unsigned long long v = PyLong_AsUnsignedLongLong(s);
+  Py_DECREF(s);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) return declined_on_error();
+  o->cuda_stream = (void *)(uintptr_t)v;
+  return TAKEN;
+}
+
+/* Two new outputs like x (compact, x's dtype and device); DECLINED where PyTorch refuses. */
+static int allocate(PyObject *x, PyObject **a, PyObject **b) {
+  PyObject *args[2] = {x, H.contiguous};
+  *a = PyObject_Vectorcall(H.empty_like, args, 1, H.kw_memory_format);
+  if (!*a) return declined_on_error();
+  if (!b) return TAKEN;
+  PyObject *like[1] = {*a}; /* compact already: no memory_format to parse */
+  *b = PyObject_Vectorcall(H.empty_like, like, 1, NULL);
+  if (*b) return TAKEN;
+  Py_CLEAR(*a);
+  return declined_on_error();
+}
+
+/* The library refused the call: raise what fail(status, tensors...) builds. */
+static PyObject *raise_failure(int status, PyObject *const *ts, int n) {
+  PyObject *args[6];
+  args[0] = PyLong_FromLong(status);
+  if (!args[0]) return NULL;
+  for (int i = 0; i < n; i++) args[i + 1] = ts[i];
+  PyObject *e = PyObject_Vectorcall(H.fail, args, (size_t)n + 1, NULL);
+  Py_DECREF(args[0]);
+  if (e) {
+    PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+    Py_DECREF(e);
+  }
+  return NULL;
+}
+
+static PyObject *result(int r) {
+  if (r == FAILED) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* bwd on dout, z, o into outs[0], outs[1] (NULL: new ones). */
+static PyObject *run_bwd(PyObject *const *in, PyObject *dz, PyObject *dos, PyObject *num_threads) {
+  PyObject *ts[5] = {in[0], in[1], in[2], dz, dos};
+  const int given = dz != NULL;
+  int threads = 0;
+  int r = admissible(ts, given ? 5 : 3, num_threads, &threads);
+  if (r != TAKEN) return result(r);
+  Desc d[5];
+  for (int i = 0; i < 3 && r == TAKEN; i++) r = describe(in[i], &d[i]);
+  zgate_options o;
+  if (r == TAKEN) r = options_of(&d[0], threads, &o);
+  if (r != TAKEN) return result(r);
+  if (given) {
+    for (int i = 3; i < 5 && r == TAKEN; i++) r = describe(ts[i], &d[i]);
+    if (r != TAKEN) return result(r);
+    Py_INCREF(dz);
+    Py_INCREF(dos);
+  } else {
+    r = allocate(in[0], &dz, &dos);
+    if (r == TAKEN) r = describe_fresh(dz, &d[0], &d[3]);
+    if (r == TAKEN) r = describe_fresh(dos, &d[0], &d[4]);
+    if (r != TAKEN) {
+      Py_XDECREF(dz);
+      Py_XDECREF(dos);
+      return result(r);
+    }
+  }
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = H.bwd(&d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &o);
+  Py_END_ALLOW_THREADS
+  if (st != ZGATE_OK) {
+    raise_failure(st, ts, given ? 5 : 3);
+    Py_DECREF(dz);
+    Py_DECREF(dos);
+    return NULL;
+  }
+  PyObject *pair = PyTuple_New(2);
+  if (!pair) {
+    Py_DECREF(dz);
+    Py_DECREF(dos);
+    return NULL;
+  }
+  PyTuple_SET_ITEM(pair, 0, dz);
+  PyTuple_SET_ITEM(pair, 1, dos);
+  return pair;
+}
+
+static int nargs_is(const char *name, Py_ssize_t got, Py_ssize_t want) {
+  if (got == want) return 1;
+  PyErr_Format(PyExc_TypeError, "zgate._hot.%s takes %zd arguments (%zd given)", name, want, got);
+  return 0;
+}
+
+static PyObject *hot_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+  (void)self;
+  if (!nargs_is("bwd", n, 7)) return NULL;
+  if (a[3] != Py_None || a[4] != Py_None || a[5] != Py_False) Py_RETURN_NONE;
+  return run_bwd(a, NULL, NULL, a[6]);
+}
+
+static PyObject *hot_bwd_into(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+  (void)self;
+  if (!nargs_is("bwd_into", n, 6)) return NULL;
+  return run_bwd(a, a[3], a[4], a[5]);
+}
+
+static PyObject *hot_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+  (void)self;
+  if (!nargs_is("fwd", n, 4)) return NULL;
+  if (a[2] != Py_None) Py_RETURN_NONE;
+  int threads = 0;
+  int r = admissible(a, 2, a[3], &threads);
+  if (r != TAKEN) return result(r);
+  Desc d[3];
+  for (int i = 0; i < 2 && r == TAKEN; i++) r = describe(a[i], &d[i]);
+  zgate_options o;
+  if (r == TAKEN) r = options_of(&d[0], threads, &o);
+  PyObject *out = NULL;
+  if (r == TAKEN) r = allocate(a[0], &out, NULL);
+  if (r == TAKEN) r = describe_fresh(out, &d[0], &d[2]);
+  if (r != TAKEN) {
+    Py_XDECREF(out);
+    return result(r);
+  }
+  int st;
+  Py_BEGIN_ALLOW_THREADS
+  st = H.fwd(&d[0].t, &d[1].t, &d[2].t, &o);
+  Py_END_ALLOW_THREADS
+  if (st != ZGATE_OK) {
+    Py_DECREF(out);
+    return raise_failure(st, a, 2);
+  }
+  return out;
+}
+
+static void *address_of(PyObject *v) {
+  unsigned long long a = PyLong_AsUnsignedLongLong(v);
+  return a == (unsigned long long)-1 && PyErr_Occurred() ? NULL : (void *)(uintptr_t)a;
+}
+
+static PyObject *hot_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+  (void)self;
+  if (!nargs_is("bind", n, 8)) return NULL;
+  void *b = address_of(a[0]), *f = address_of(a[1]);
+  if (!b || !f) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "zgate._hot.bind: a NULL entry point");
+    return NULL;
+  }
+  if (!PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[3]) != 3) {
+    PyErr_SetString(PyExc_TypeError, "zgate._hot.bind: dtypes is a tuple of 3");
+    return NULL;
+  }
+  PyObject **slots[] = {&H.tensor, &H.dtypes[0], &H.dtypes[1], &H.dtypes[2], &H.empty_like,
+                        &H.contiguous, &H.raw_stream, &H.fail};
+  PyObject *vals[] = {a[2], PyTuple_GET_ITEM(a[3], 0), PyTuple_GET_ITEM(a[3], 1),
+                      PyTuple_GET_ITEM(a[3], 2), a[4], a[5], a[6], a[7]};
+  for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
+    PyObject *old = *slots[i];
+    Py_INCREF(vals[i]);
+    *slots[i] = vals[i];
+    Py_XDECREF(old);
+  }
+  H.bwd = (zg_bwd_fn)b;
+  H.fwd = (zg_fwd_fn)f;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef hot_methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))hot_bind, METH_FASTCALL, "Hands over the entry points and torch's objects."},
+    {"bwd", (PyCFunction)(void (*)(void))hot_bwd, METH_FASTCALL, "zgate.bwd with new outputs, or None."},
+    {"bwd_into", (PyCFunction)(void (*)(void))hot_bwd_into, METH_FASTCALL, "bwd into given outputs, or None."},
+    {"fwd", (PyCFunction)(void (*)(void))hot_fwd, METH_FASTCALL, "zgate.fwd with a new output, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef hot_module = {PyModuleDef_HEAD_INIT, "_hot",
+                                        "The hot path of zgate's PyTorch calls (see hot.c).", -1,
+                                        hot_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__hot(void) {
+  PyObject **names[] = {&s_dtype, &s_is_cuda, &s_is_cpu, &s_get_device, &s_shape, &s_stride, &s_data_ptr};
+  const char *text[] = {"dtype", "is_cuda", "is_cpu", "get_device", "shape", "stride", "data_ptr"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (!*names[i] && !(*names[i] = PyUnicode_InternFromString(text[i]))) return NULL;
+  if (!H.kw_memory_format && !(H.kw_memory_format = Py_BuildValue("(s)", "memory_format"))) return NULL;
+  return PyModule_Create(&hot_module);
+}
