@@ -21,7 +21,7 @@ stage build 170 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
 stage cpu 80 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
   $BUILD/tools/zgate info; ctest --test-dir $BUILD -j 8 --output-on-failure -L "avx512|simd|c"'
 stage check 50 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
-stage python 150 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
+stage python 300 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
 stage hostcost 60 '$BUILD/tests/cuda/cuda_host_cost 1000 9'
 stage overhead 120 'python3 -m zgate._overhead --device cuda --orig third_party_ref/mamba3 --breakdown'
 stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'

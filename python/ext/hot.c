@@ -187,10 +187,24 @@ static int options_of(const Desc *d, int threads, zgate_options *o) {
   return TAKEN;
 }
 
-/* Two new outputs like x (compact, x's dtype and device); DECLINED where PyTorch refuses. */
-static int allocate(PyObject *x, PyObject **a, PyObject **b) {
+/* Whether d's strides are the compact ones of its shape, as PyTorch computes them (a size-0
+ * dimension counts as 1). */
+static int compact(const Desc *d) {
+  int64_t want = 1;
+  for (int i = 3; i >= 0; i--) {
+    if (d->strides[i] != want) return 0;
+    want *= d->shape[i] > 1 ? d->shape[i] : 1;
+  }
+  return 1;
+}
+
+/* New outputs like x (described by d): compact, x's dtype and device; the second (b, unless
+ * NULL) like the first. DECLINED where PyTorch refuses. A compact x is copied without the
+ * memory_format keyword: empty_like keeps a dense tensor's strides, and a keyword costs. */
+static int allocate(PyObject *x, const Desc *d, PyObject **a, PyObject **b) {
   PyObject *args[2] = {x, H.contiguous};
-  *a = PyObject_Vectorcall(H.empty_like, args, 1, H.kw_memory_format);
+  *a = compact(d) ? PyObject_Vectorcall(H.empty_like, args, 1, NULL)
+                  : PyObject_Vectorcall(H.empty_like, args, 1, H.kw_memory_format);
   if (!*a) return declined_on_error();
   if (!b) return TAKEN;
   PyObject *like[1] = {*a}; /* compact already: no memory_format to parse */
@@ -238,7 +252,7 @@ static PyObject *run_bwd(PyObject *const *in, PyObject *dz, PyObject *dos, PyObj
     Py_INCREF(dz);
     Py_INCREF(dos);
   } else {
-    r = allocate(in[0], &dz, &dos);
+    r = allocate(in[0], &d[0], &dz, &dos);
     if (r == TAKEN) r = describe_fresh(dz, &d[0], &d[3]);
     if (r == TAKEN) r = describe_fresh(dos, &d[0], &d[4]);
     if (r != TAKEN) {
@@ -299,7 +313,7 @@ static PyObject *hot_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   zgate_options o;
   if (r == TAKEN) r = options_of(&d[0], threads, &o);
   PyObject *out = NULL;
-  if (r == TAKEN) r = allocate(a[0], &out, NULL);
+  if (r == TAKEN) r = allocate(a[0], &d[0], &out, NULL);
   if (r == TAKEN) r = describe_fresh(out, &d[0], &d[2]);
   if (r != TAKEN) {
     Py_XDECREF(out);

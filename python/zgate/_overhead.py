@@ -144,8 +144,14 @@ def _parts(dout, z, o):
         return (torch.empty(size, dtype=dtype, device=device),
                 torch.empty(size, dtype=dtype, device=device))
 
+    keep = (b, dz, dos)   # what args point into and the library writes: alive with the parts
+
     def f_library():
-        return c_bwd(*args)
+        return c_bwd(*args) if keep else -1
+
+    rc = f_library()
+    if rc:
+        raise RuntimeError("zgate_bwd on the breakdown's block: %s" % _lib.fail(rc))
 
     parts = []
     if cuda:

@@ -282,8 +282,8 @@ def test_breakdown_runs_and_names_every_part(capsys):
 
 
 def test_new_outputs_are_compact_whatever_douts_strides(rng):
-    """A dout that is contiguous with an odd stride on a size-1 dimension, or permuted: the
-    new outputs have the compact strides of its shape all the same."""
+    """A compact dout, one that is contiguous with an odd stride on a size-1 dimension, or a
+    permuted one: the new outputs have the compact strides of its shape all the same."""
     hot = _hot()
     shape = (1, 4, 2, 8)
     d, z, o = tinputs(rng, shape, torch.bfloat16)
@@ -293,7 +293,7 @@ def test_new_outputs_are_compact_whatever_douts_strides(rng):
     assert odd.is_contiguous() and not perm.is_contiguous()
     compact = torch.empty(shape).stride()
     r = ref_bwd(*(np_of(t) for t in (d, z, o)))
-    for dout in (odd, perm):
+    for dout in (d, odd, perm):   # compact: allocated without the memory_format keyword
         taken = hot.bwd(dout, z, o, None, None, False, 0)
         assert taken is not None
         for got in (taken, zgate.bwd(dout, z, o), torch.ops.zgate.bwd(dout, z, o)):
