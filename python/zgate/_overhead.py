@@ -8,12 +8,15 @@ For each implementation, `calls` back-to-back calls are timed twice in one run:
                 still be working), divided by the calls;
   wall us/call  time until the device has *finished* the last call (torch.cuda.synchronize),
                 divided by the calls: the throughput of back-to-back calls.
-Each figure is the median of `repeats` runs, after a warm-up (and compilation).
+Each figure is the median of `repeats` runs (and the minimum), after a warm-up (and
+compilation), net of an empty loop; the rows are timed in turns within each repeat.
 Implementations: zgate.bwd (new outputs: the hot path, zgate._hot), zgate.bwd with given
-outputs, zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode), torch.compile of
-the formula, PyTorch eager, and the original Triton compute_dzdo when --orig (or env
-ZGATE_ORIG_MAMBA3) names the folder holding mamba3_siso_bwd.py (imported under a
-temporary mamba_ssm package; nothing of it is kept).
+outputs, zgate.torch.compute_dzdo, torch.ops.zgate.bwd (the custom op in eager mode),
+torch.compile of the formula, PyTorch eager, one eager PyTorch op (torch.neg: one output, one
+launch; the host's floor for any op, to read the other rows against on a host of unknown
+speed), and the original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names the
+folder holding mamba3_siso_bwd.py (imported under a temporary mamba_ssm package; nothing of
+it is kept).
 
 --breakdown adds a second table: the host time of zgate.bwd's hot path taken apart, on the
 same tensors in the same run. Each part is done alone `calls` times in a loop (a Python
@@ -54,21 +57,6 @@ def _original(path):
     os.symlink(os.path.abspath(path), os.path.join(root, *parts, "mamba3"))
     sys.path.insert(0, root)
     return importlib.import_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd").compute_dzdo
-
-
-def _time(fn, sync, calls, repeats):
-    host, wall = [], []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        host.append((t1 - t0) / calls * 1e6)
-        wall.append((t2 - t0) / calls * 1e6)
-    return statistics.median(host), statistics.median(wall)
 
 
 def _time_parts(parts, sync, calls, repeats):
@@ -258,6 +246,9 @@ def main(argv=None):
     compiled = torch.compile(_formula)
     impls.append(("torch.compile of the formula", lambda: compiled(dout, z, o)))
     impls.append(("PyTorch eager formula", lambda: _formula(dout, z, o)))
+    # the cost of any eager PyTorch op on this host, to read the others against
+    floor = "PyTorch's floor: torch.neg(dout) (one eager op: one output, one launch)"
+    impls.append((floor, lambda: torch.neg(dout)))
     if a.orig and dev.type == "cuda":
         try:
             orig = _original(a.orig)
@@ -273,14 +264,15 @@ def main(argv=None):
     if a.only_breakdown:
         breakdown(dout, z, o, sync, a.calls, a.repeats)
         return
-    print("| implementation | host us/call | wall us/call |")
-    print("|---|---|---|")
-    for name, fn in impls:
-        for _ in range(20):       # warm-up: compilation, autotuning, allocator
-            fn()
-        sync()
-        host, wall = _time(fn, sync, a.calls, a.repeats)
-        print("| %s | %.2f | %.2f |" % (name, host, wall))
+    # timed in turns (as the breakdown's parts), so that a change in the host's speed during
+    # the run touches every row alike; the warm-up in _time_parts compiles and autotunes
+    timed = _time_parts(impls, sync, a.calls, a.repeats)
+    base = timed[floor][0]
+    print("| implementation | host us/call | host, min | wall us/call | host / PyTorch's floor |")
+    print("|---|---|---|---|---|")
+    for name, _ in impls:
+        h, m, w = timed[name]
+        print("| %s | %.2f | %.2f | %.2f | %.2f |" % (name, h, m, w, h / base))
     sys.stdout.flush()
     if a.breakdown:
         print()
