@@ -46,7 +46,22 @@ static struct {
 
 static const DLDataType kDtypes[3] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 
-static PyObject *s_dtype, *s_is_cuda, *s_is_cpu, *s_get_device, *s_shape, *s_stride, *s_data_ptr;
+/* The tensor attributes read, as torch.Tensor defines them (found once, by bind()): the
+ * properties' descriptors are called directly and the methods with the tensor as their first
+ * argument, which skips the per-call lookup and the bound method that attribute access on
+ * the tensor would make (binding the same objects: the calls take torch.Tensor only). */
+enum { A_DTYPE, A_IS_CUDA, A_IS_CPU, A_SHAPE, A_GET_DEVICE, A_STRIDE, A_DATA_PTR, N_ATTR };
+static const char *const kAttrNames[N_ATTR] = {"dtype", "is_cuda", "is_cpu", "shape",
+                                               "get_device", "stride", "data_ptr"};
+enum { N_PROPERTIES = A_SHAPE + 1 };
+static PyObject *attr_of[N_ATTR];
+static descrgetfunc getter_of[N_PROPERTIES];
+
+static PyObject *property(int a, PyObject *x) {
+  return getter_of[a](attr_of[a], x, (PyObject *)Py_TYPE(x));
+}
+
+static PyObject *method(int a, PyObject *x) { return PyObject_Vectorcall(attr_of[a], &x, 1, NULL); }
 
 enum { TAKEN = 1, DECLINED = 0, FAILED = -1 };
 
@@ -80,7 +95,7 @@ static int read4(PyObject *tup, int64_t out[4]) {
 }
 
 static int read_ptr(PyObject *x, void **out) {
-  PyObject *p = PyObject_CallMethodNoArgs(x, s_data_ptr);
+  PyObject *p = method(A_DATA_PTR, x);
   if (!p) return declined_on_error();
   unsigned long long v = PyLong_AsUnsignedLongLong(p);
   Py_DECREF(p);
@@ -92,19 +107,19 @@ static int read_ptr(PyObject *x, void **out) {
 /* dtype and device of x into d->t: DECLINED for a dtype outside the three or a device other
  * than CPU and CUDA. */
 static int read_kind(PyObject *x, Desc *d) {
-  PyObject *dt = PyObject_GetAttr(x, s_dtype);
+  PyObject *dt = property(A_DTYPE, x);
   if (!dt) return declined_on_error();
   int k = 0;
   while (k < 3 && dt != H.dtypes[k]) k++;
   Py_DECREF(dt);
   if (k == 3) return DECLINED;
   d->t.dtype = kDtypes[k];
-  PyObject *c = PyObject_GetAttr(x, s_is_cuda);
+  PyObject *c = property(A_IS_CUDA, x);
   if (!c) return declined_on_error();
   int cuda = c == Py_True;
   Py_DECREF(c);
   if (cuda) {
-    PyObject *i = PyObject_CallMethodNoArgs(x, s_get_device);
+    PyObject *i = method(A_GET_DEVICE, x);
     if (!i) return declined_on_error();
     long id = PyLong_AsLong(i);
     Py_DECREF(i);
@@ -113,7 +128,7 @@ static int read_kind(PyObject *x, Desc *d) {
     d->t.device.device_id = (int32_t)id;
     return TAKEN;
   }
-  c = PyObject_GetAttr(x, s_is_cpu);
+  c = property(A_IS_CPU, x);
   if (!c) return declined_on_error();
   int cpu = c == Py_True;
   Py_DECREF(c);
@@ -128,12 +143,12 @@ static int describe(PyObject *x, Desc *d) {
   memset(&d->t, 0, sizeof d->t);
   int r = read_kind(x, d);
   if (r != TAKEN) return r;
-  PyObject *s = PyObject_GetAttr(x, s_shape);
+  PyObject *s = property(A_SHAPE, x);
   if (!s) return declined_on_error();
   r = read4(s, d->shape);
   Py_DECREF(s);
   if (r != TAKEN) return r;
-  s = PyObject_CallMethodNoArgs(x, s_stride);
+  s = method(A_STRIDE, x);
   if (!s) return declined_on_error();
   r = read4(s, d->strides);
   Py_DECREF(s);
@@ -330,6 +345,14 @@ static PyObject *hot_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   return out;
 }
 
+/* *slot = v (a new reference), the old value released after. */
+#define Py_XSETREF_COMPAT(slot, v) \
+  do {                             \
+    PyObject *old_ = (slot);       \
+    (slot) = (v);                  \
+    Py_XDECREF(old_);              \
+  } while (0)
+
 static void *address_of(PyObject *v) {
   unsigned long long a = PyLong_AsUnsignedLongLong(v);
   return a == (unsigned long long)-1 && PyErr_Occurred() ? NULL : (void *)(uintptr_t)a;
@@ -343,6 +366,23 @@ static PyObject *hot_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "zgate._hot.bind: a NULL entry point");
     return NULL;
   }
+  PyObject *found[N_ATTR];
+  for (int i = 0; i < N_ATTR; i++) {
+    found[i] = PyObject_GetAttrString(a[2], kAttrNames[i]);
+    if (i < N_PROPERTIES && found[i] && !Py_TYPE(found[i])->tp_descr_get) {
+      PyErr_Format(PyExc_TypeError, "zgate._hot.bind: %s of the tensor type is not a property",
+                   kAttrNames[i]);
+      Py_CLEAR(found[i]);
+    }
+    if (!found[i]) {
+      while (i--) Py_DECREF(found[i]);
+      return NULL;
+    }
+  }
+  for (int i = 0; i < N_ATTR; i++) {
+    Py_XSETREF_COMPAT(attr_of[i], found[i]);
+    if (i < N_PROPERTIES) getter_of[i] = Py_TYPE(found[i])->tp_descr_get;
+  }
   if (!PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[3]) != 3) {
     PyErr_SetString(PyExc_TypeError, "zgate._hot.bind: dtypes is a tuple of 3");
     return NULL;
@@ -352,10 +392,8 @@ static PyObject *hot_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   PyObject *vals[] = {a[2], PyTuple_GET_ITEM(a[3], 0), PyTuple_GET_ITEM(a[3], 1),
                       PyTuple_GET_ITEM(a[3], 2), a[4], a[5], a[6], a[7]};
   for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
-    PyObject *old = *slots[i];
     Py_INCREF(vals[i]);
-    *slots[i] = vals[i];
-    Py_XDECREF(old);
+    Py_XSETREF_COMPAT(*slots[i], vals[i]);
   }
   H.bwd = (zg_bwd_fn)b;
   H.fwd = (zg_fwd_fn)f;
@@ -375,10 +413,6 @@ static struct PyModuleDef hot_module = {PyModuleDef_HEAD_INIT, "_hot",
                                         hot_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hot(void) {
-  PyObject **names[] = {&s_dtype, &s_is_cuda, &s_is_cpu, &s_get_device, &s_shape, &s_stride, &s_data_ptr};
-  const char *text[] = {"dtype", "is_cuda", "is_cpu", "get_device", "shape", "stride", "data_ptr"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (!*names[i] && !(*names[i] = PyUnicode_InternFromString(text[i]))) return NULL;
   if (!H.kw_memory_format && !(H.kw_memory_format = Py_BuildValue("(s)", "memory_format"))) return NULL;
   return PyModule_Create(&hot_module);
 }

@@ -120,12 +120,16 @@ def _parts(dout, z, o):
     dz, dos = ea(dout, memory_format=cf), ea(dout, memory_format=cf)
     descs = [ad.describe(t, n, False, None, []) for t, n in
              ((dout, "dout"), (z, "z"), (o, "o"), (dz, "dz"), (dos, "dout_scaled"))]
-    _args.pack(b, descs, 0, 0, rs(idx) if cuda else 0)
+    _args.pack(b, descs, 2, 0, rs(idx) if cuda else 0)   # fresh outputs, as the hot path
     c_bwd, args = _lib.raw("zgate_bwd"), b.bwd_args
     trivial = _lib.raw("zgate_cuda_built")
 
-    def f_alloc():
-        dz = ea(dout, memory_format=cf)
+    compact = dout.stride() == torch.empty(size, device="meta").stride()
+    alloc = ("torch.empty_like(dout)" if compact else
+             "torch.empty_like(dout, memory_format=torch.contiguous_format)")
+
+    def f_alloc():   # as zgate._hot allocates: a compact dout is copied without the keyword
+        dz = ea(dout) if compact else ea(dout, memory_format=cf)
         return dz, ea(dz)
 
     def f_empty():
@@ -146,8 +150,7 @@ def _parts(dout, z, o):
         parts.append(("current raw stream (torch._C._cuda_getCurrentRawStream)",
                       lambda: rs(idx), True))
     parts += [
-        ("2 outputs: dz = torch.empty_like(dout, memory_format=torch.contiguous_format), "
-         "torch.empty_like(dz)", f_alloc, True),
+        ("2 outputs: dz = %s, torch.empty_like(dz)" % alloc, f_alloc, True),
         ("  instead: torch.empty(size, dtype=, device=) x2 (cached args)", f_empty, False),
         ("library: zgate_bwd through ctypes (validation%s)"
          % (", cudaLaunchKernel" if cuda else ", the CPU work"), f_library, True),
