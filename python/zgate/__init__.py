@@ -6,7 +6,8 @@
           dout_scaled = dout * s * z
 
 A thin ctypes binding over the C library libzgate (shipped inside this package, or named by
-the ZGATE_LIBRARY environment variable). Arrays are exchanged through DLPack: NumPy (with
+the ZGATE_LIBRARY environment variable), with the hot path of PyTorch calls compiled
+(zgate._hot, beside the library). Arrays are exchanged through DLPack: NumPy (with
 ml_dtypes for bfloat16), PyTorch (CPU and CUDA), CuPy and JAX arrays are accepted, and
 outputs come back as the same kind. PyTorch autograd and torch.compile support is in
 ``zgate.torch`` (imported on demand, so this package works without PyTorch).
@@ -41,6 +42,8 @@ def info():
         "cpu_isa_chosen": lib.zgate_cpu_isa_chosen().decode(),
         "cuda_built": bool(lib.zgate_cuda_built()),
         "build_info": lib.zgate_build_info().decode(),
+        # the compiled hot path of PyTorch calls: its file, or why it is not used
+        "hot_path": _lib.hot().__file__ if _lib.hot() is not None else "absent: " + _lib.hot_why(),
     }
 
 

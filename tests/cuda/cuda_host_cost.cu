@@ -121,6 +121,12 @@ int main(int argc, char **argv) {
        [&] { cuLaunchKernel((CUfunction)f_empty, blocks, 1, 1, zgcu::kThreads, 1, 1, 0, 0, p_args, nullptr); }},
       {"cuLaunchKernel (driver), zgate's kernel",
        [&] { cuLaunchKernel((CUfunction)f_gate, blocks, 1, 1, zgcu::kThreads, 1, 1, 0, 0, p_args, nullptr); }},
+      {"cudaGetFuncBySymbol, zgate's kernel", [&] { cudaFunction_t f; cudaGetFuncBySymbol(&f, kernel); }},
+      {"cudaGetFuncBySymbol + cuLaunchKernel, zgate's kernel", [&] {
+         cudaFunction_t f;
+         cudaGetFuncBySymbol(&f, kernel);
+         cuLaunchKernel((CUfunction)f, blocks, 1, 1, zgcu::kThreads, 1, 1, 0, 0, p_args, nullptr);
+       }},
       {"zgate_bwd, size 0 (validation, no CUDA call)", [&] { zg(t0, &opts); }},
       {"zgate_bwd, options NULL", [&] { zg(t, nullptr); }},
       {"zgate_bwd, options with cuda_stream (as from Python)", [&] { zg(t, &opts); }},

@@ -6,7 +6,11 @@ not, and zgate._overhead's breakdown runs."""
 import contextlib
 import ctypes
 import gc
+import importlib.machinery
 import io
+import os
+import shutil
+import subprocess
 import sys
 import weakref
 
@@ -40,8 +44,42 @@ def _hot():
 
 def test_hot_path_is_built_beside_the_library():
     hot = _hot()
-    assert hot.__file__.startswith(zgate.library_path().rsplit("/", 1)[0] + "/")
+    assert os.path.dirname(hot.__file__) == os.path.dirname(os.path.abspath(zgate.library_path()))
     assert _lib.hot_why() == ""
+    assert zgate.info()["hot_path"] == hot.__file__
+
+
+_WITHOUT_HOT = """
+import torch, zgate, zgate.torch
+from zgate import _adapters
+d, z, o = (torch.randn(2, 3, 5, 7) for _ in range(3))
+want = zgate.reference_bwd(d.numpy(), z.numpy(), o.numpy())
+for dz, dos in (zgate.bwd(d, z, o), torch.ops.zgate.bwd(d, z, o), zgate.torch.compute_dzdo(d, z, o)):
+    assert abs(dz.numpy() - want[0]).max() < 1e-5 and abs(dos.numpy() - want[1]).max() < 1e-5
+out = zgate.reference_fwd(o.numpy(), z.numpy())
+for got in (zgate.fwd(o, z), torch.ops.zgate.fwd(o, z)):
+    assert abs(got.numpy() - out).max() < 1e-5
+assert torch.Tensor not in _adapters._fast_bwd
+print(zgate.info()["hot_path"])
+"""
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_without_the_hot_path_calls_take_the_general_path(tmp_path, broken):
+    """A library with no zgate._hot beside it (or one that does not load): every call works
+    through the general path, and zgate.info() says why the hot path is absent."""
+    lib = tmp_path / "libzgate.so"
+    shutil.copy(os.path.abspath(zgate.library_path()), lib)
+    if broken:
+        (tmp_path / ("_hot" + importlib.machinery.EXTENSION_SUFFIXES[0])).write_bytes(b"not ELF")
+    env = dict(os.environ, ZGATE_LIBRARY=str(lib))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
+        os.path.abspath(zgate.__file__))), env.get("PYTHONPATH")] if p)
+    r = subprocess.run([sys.executable, "-c", _WITHOUT_HOT], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip().splitlines()[-1]
+    assert line.startswith("absent: ") and ("does not load" if broken else "no _hot") in line
 
 
 def _mixed_inputs(rng, device="cpu"):
