@@ -14,13 +14,14 @@
  * zgate.Error as the general path's. The GIL is released around the library call.
  *
  *   bind(bwd_addr, fwd_addr, tensor_type, (float32, float16, bfloat16), empty_like,
- *        contiguous_format, raw_stream, fail)
+ *        contiguous_format, raw_stream, fail, increment_version)
  *   bwd(dout, z, o, dz, dout_scaled, inplace, num_threads) -> (dz, dout_scaled) | None
- *        new outputs only: declines given outputs and inplace (the general path bumps the
- *        given tensors' versions)
+ *        new outputs, or both given (then increment_version(t) for each after the call:
+ *        raw-pointer writes bypass PyTorch's version counters; None: not bumped); declines
+ *        inplace and one output given alone
  *   bwd_into(dout, z, o, dz, dout_scaled, num_threads) -> (dz, dout_scaled) | None
  *        into given outputs, no versions bumped: for outputs just allocated
- *   fwd(o, z, out, num_threads) -> out | None        new output only
+ *   fwd(o, z, out, num_threads) -> out | None        a new output, or a given one (bumped)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,7 +41,7 @@ static struct {
   zg_fwd_fn fwd;
   PyObject *tensor; /* torch.Tensor: exact type only (subclasses have their own dispatch) */
   PyObject *dtypes[3];
-  PyObject *empty_like, *contiguous, *raw_stream, *fail;
+  PyObject *empty_like, *contiguous, *raw_stream, *fail, *increment_version;
   PyObject *kw_memory_format; /* ("memory_format",): vectorcall's keyword names */
 } H;
 
@@ -229,13 +230,24 @@ static int allocate(PyObject *x, const Desc *d, PyObject **a, PyObject **b) {
   return declined_on_error();
 }
 
-/* The library refused the call: raise what fail(status, tensors...) builds. */
-static PyObject *raise_failure(int status, PyObject *const *ts, int n) {
-  PyObject *args[6];
+/* The tensors of a call, as the error messages name them. */
+enum { N_BWD, N_BWD_OUT, N_FWD, N_FWD_OUT, N_CALLS };
+static const char *const kNames[N_CALLS][5] = {{"dout", "z", "o"},
+                                               {"dout", "z", "o", "dz", "dout_scaled"},
+                                               {"o", "z"},
+                                               {"o", "z", "out"}};
+static const int kCount[N_CALLS] = {3, 5, 2, 3};
+static PyObject *names_of[N_CALLS]; /* tuples of kNames, made by the module's init */
+
+/* The library refused the call: raise what fail(status, names, tensors...) builds. */
+static PyObject *raise_failure(int status, int call, PyObject *const *ts) {
+  const int n = kCount[call];
+  PyObject *args[7];
   args[0] = PyLong_FromLong(status);
   if (!args[0]) return NULL;
-  for (int i = 0; i < n; i++) args[i + 1] = ts[i];
-  PyObject *e = PyObject_Vectorcall(H.fail, args, (size_t)n + 1, NULL);
+  args[1] = names_of[call];
+  for (int i = 0; i < n; i++) args[i + 2] = ts[i];
+  PyObject *e = PyObject_Vectorcall(H.fail, args, (size_t)n + 2, NULL);
   Py_DECREF(args[0]);
   if (e) {
     PyErr_SetObject((PyObject *)Py_TYPE(e), e);
@@ -244,13 +256,25 @@ static PyObject *raise_failure(int status, PyObject *const *ts, int n) {
   return NULL;
 }
 
+/* After a call into given outputs: their versions bumped (autograd sees the write). */
+static int bump(PyObject *const *outs, int n) {
+  if (H.increment_version == Py_None) return 0;
+  for (int i = 0; i < n; i++) {
+    PyObject *r = PyObject_CallOneArg(H.increment_version, outs[i]);
+    if (!r) return -1;
+    Py_DECREF(r);
+  }
+  return 0;
+}
+
 static PyObject *result(int r) {
   if (r == FAILED) return NULL;
   Py_RETURN_NONE;
 }
 
-/* bwd on dout, z, o into outs[0], outs[1] (NULL: new ones). */
-static PyObject *run_bwd(PyObject *const *in, PyObject *dz, PyObject *dos, PyObject *num_threads) {
+/* bwd on dout, z, o into dz, dos (NULL: new ones); given ones' versions bumped if bumped. */
+static PyObject *run_bwd(PyObject *const *in, PyObject *dz, PyObject *dos, PyObject *num_threads,
+                         int bumped) {
   PyObject *ts[5] = {in[0], in[1], in[2], dz, dos};
   const int given = dz != NULL;
   int threads = 0;
@@ -281,12 +305,12 @@ static PyObject *run_bwd(PyObject *const *in, PyObject *dz, PyObject *dos, PyObj
   st = H.bwd(&d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &o);
   Py_END_ALLOW_THREADS
   if (st != ZGATE_OK) {
-    raise_failure(st, ts, given ? 5 : 3);
+    raise_failure(st, given ? N_BWD_OUT : N_BWD, ts);
     Py_DECREF(dz);
     Py_DECREF(dos);
     return NULL;
   }
-  PyObject *pair = PyTuple_New(2);
+  PyObject *pair = given && bumped && bump(ts + 3, 2) ? NULL : PyTuple_New(2);
   if (!pair) {
     Py_DECREF(dz);
     Py_DECREF(dos);
@@ -306,42 +330,51 @@ static int nargs_is(const char *name, Py_ssize_t got, Py_ssize_t want) {
 static PyObject *hot_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   if (!nargs_is("bwd", n, 7)) return NULL;
-  if (a[3] != Py_None || a[4] != Py_None || a[5] != Py_False) Py_RETURN_NONE;
-  return run_bwd(a, NULL, NULL, a[6]);
+  if (a[5] != Py_False || (a[3] == Py_None) != (a[4] == Py_None)) Py_RETURN_NONE;
+  if (a[3] == Py_None) return run_bwd(a, NULL, NULL, a[6], 0);
+  return run_bwd(a, a[3], a[4], a[6], 1);
 }
 
 static PyObject *hot_bwd_into(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   if (!nargs_is("bwd_into", n, 6)) return NULL;
-  return run_bwd(a, a[3], a[4], a[5]);
+  return run_bwd(a, a[3], a[4], a[5], 0);
 }
 
 static PyObject *hot_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   if (!nargs_is("fwd", n, 4)) return NULL;
-  if (a[2] != Py_None) Py_RETURN_NONE;
+  PyObject *out = a[2] == Py_None ? NULL : a[2];
+  const int given = out != NULL;
+  PyObject *ts[3] = {a[0], a[1], out};
   int threads = 0;
-  int r = admissible(a, 2, a[3], &threads);
+  int r = admissible(ts, given ? 3 : 2, a[3], &threads);
   if (r != TAKEN) return result(r);
   Desc d[3];
-  for (int i = 0; i < 2 && r == TAKEN; i++) r = describe(a[i], &d[i]);
+  for (int i = 0; i < 2 + given && r == TAKEN; i++) r = describe(ts[i], &d[i]);
   zgate_options o;
   if (r == TAKEN) r = options_of(&d[0], threads, &o);
-  PyObject *out = NULL;
-  if (r == TAKEN) r = allocate(a[0], &d[0], &out, NULL);
-  if (r == TAKEN) r = describe_fresh(out, &d[0], &d[2]);
-  if (r != TAKEN) {
-    Py_XDECREF(out);
-    return result(r);
+  if (r != TAKEN) return result(r);
+  if (given) {
+    Py_INCREF(out);
+  } else {
+    r = allocate(a[0], &d[0], &out, NULL);
+    if (r == TAKEN) r = describe_fresh(out, &d[0], &d[2]);
+    if (r != TAKEN) {
+      Py_XDECREF(out);
+      return result(r);
+    }
   }
   int st;
   Py_BEGIN_ALLOW_THREADS
   st = H.fwd(&d[0].t, &d[1].t, &d[2].t, &o);
   Py_END_ALLOW_THREADS
   if (st != ZGATE_OK) {
+    raise_failure(st, given ? N_FWD_OUT : N_FWD, ts);
     Py_DECREF(out);
-    return raise_failure(st, a, 2);
+    return NULL;
   }
+  if (given && bump(&out, 1)) Py_CLEAR(out);
   return out;
 }
 
@@ -360,7 +393,7 @@ static void *address_of(PyObject *v) {
 
 static PyObject *hot_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  if (!nargs_is("bind", n, 8)) return NULL;
+  if (!nargs_is("bind", n, 9)) return NULL;
   void *b = address_of(a[0]), *f = address_of(a[1]);
   if (!b || !f) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "zgate._hot.bind: a NULL entry point");
@@ -388,9 +421,9 @@ static PyObject *hot_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return NULL;
   }
   PyObject **slots[] = {&H.tensor, &H.dtypes[0], &H.dtypes[1], &H.dtypes[2], &H.empty_like,
-                        &H.contiguous, &H.raw_stream, &H.fail};
+                        &H.contiguous, &H.raw_stream, &H.fail, &H.increment_version};
   PyObject *vals[] = {a[2], PyTuple_GET_ITEM(a[3], 0), PyTuple_GET_ITEM(a[3], 1),
-                      PyTuple_GET_ITEM(a[3], 2), a[4], a[5], a[6], a[7]};
+                      PyTuple_GET_ITEM(a[3], 2), a[4], a[5], a[6], a[7], a[8]};
   for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
     Py_INCREF(vals[i]);
     Py_XSETREF_COMPAT(*slots[i], vals[i]);
@@ -413,6 +446,16 @@ static struct PyModuleDef hot_module = {PyModuleDef_HEAD_INIT, "_hot",
                                         hot_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hot(void) {
+  for (int c = 0; c < N_CALLS; c++) {
+    if (names_of[c]) continue;
+    names_of[c] = PyTuple_New(kCount[c]);
+    if (!names_of[c]) return NULL;
+    for (int i = 0; i < kCount[c]; i++) {
+      PyObject *u = PyUnicode_InternFromString(kNames[c][i]);
+      if (!u) return NULL;
+      PyTuple_SET_ITEM(names_of[c], i, u);
+    }
+  }
   if (!H.kw_memory_format && !(H.kw_memory_format = Py_BuildValue("(s)", "memory_format"))) return NULL;
   return PyModule_Create(&hot_module);
 }

@@ -2,15 +2,15 @@
 
 The keywords are checked here, then the call is routed: PyTorch tensors on an NPU to
 zgate.triton; under torch.compile, and tensor subclasses such as DTensor, to zgate.torch's
-custom ops (which take no num_threads: 0, the OpenMP default); plain PyTorch tensors with new
-outputs to the hot path (zgate._adapters.torch); everything else to zgate._call.
+custom ops (which take no num_threads: 0, the OpenMP default); plain PyTorch tensors to the
+hot path (zgate._hot, through zgate._adapters.torch); everything else to zgate._call.
 
 A call on a type that has a hot path (_adapters._fast_bwd / _fast_fwd: zgate._hot for
 torch.Tensor, once the library is loaded) tries it before anything else, unless it is being
 traced (_adapters.tracing(): torch.compile cannot trace a compiled function, and a traced
-call goes through the custom ops); it answers None for a call it does not take (given
-outputs, an NPU tensor, another dtype...), which then goes the general route, where any
-problem is named.
+call goes through the custom ops); it answers None for a call it does not take (in place,
+an NPU tensor, another dtype...), which then goes the general route, where any problem is
+named.
 """
 from . import _adapters, _call
 from ._adapters import _fast_bwd, _fast_fwd, _kinds, classify

@@ -69,7 +69,7 @@ def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
     grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
     grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
-    _call.bwd(_adapter, grad_out, z, o, grad_z, grad_o, False, 0)
+    _adapter.bwd_into(grad_out, z, o, grad_z, grad_o, 0)
     return grad_o, grad_z
 
 
@@ -137,7 +137,7 @@ def compute_dzdo(do, z, o, chunk_size=64):
 def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
             dout_scaled: torch.Tensor) -> None:
     """bwd writing into dz and dout_scaled (each in its own dtype)."""
-    _call.bwd(_adapter, dout, z, o, dz, dout_scaled, False, 0)
+    _adapter.bwd_given(dout, z, o, dz, dout_scaled, 0)
 
 
 @bwd_out.register_fake
@@ -159,7 +159,7 @@ def _bwd_inplace_fake(dout, z, o, dz):
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
 def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
     """fwd writing into out (in its own dtype)."""
-    _call.fwd(_adapter, o, z, out, 0)
+    _adapter.fwd_given(o, z, out, 0)
 
 
 @fwd_out.register_fake

@@ -130,7 +130,8 @@ def _recording(hot):
     b, f = bwd_t(record), fwd_t(record)
     addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
     hot.bind(addr(b), addr(f), torch.Tensor, (torch.float32, torch.float16, torch.bfloat16),
-             torch.empty_like, torch.contiguous_format, ad._raw_stream, ad._failure)
+             torch.empty_like, torch.contiguous_format, ad._raw_stream, ad._failure,
+             ad._increment_version)
     try:
         yield seen
     finally:
@@ -191,9 +192,10 @@ def test_zgate_bwd_takes_the_hot_path(rng, monkeypatch):
     dout, z, o = tinputs(rng, SHAPE, torch.bfloat16)
     zgate.bwd(dout, z, o)
     zgate.bwd(dout, z, o, num_threads=2)
-    zgate.bwd(dout, z, o, dz=torch.empty_like(dout))      # given: declined
+    zgate.bwd(dout, z, o, dz=torch.empty_like(dout), dout_scaled=torch.empty_like(dout))
+    zgate.bwd(dout, z, o, dz=torch.empty_like(dout))      # one output given: declined
     zgate.bwd(dout.clone(), z, o, inplace=True)            # in place: declined
-    assert taken == [True, True, False, False]
+    assert taken == [True, True, True, False, False]
 
 
 def _outcome(fn):
@@ -252,14 +254,80 @@ def test_hot_path_agrees_with_the_general_path(rng, case):
         assert "z: dtype torch.float64 is not" in got[2]
 
 
-def test_fwd_declines_what_the_general_path_takes(rng):
+def test_fwd_takes_new_and_given_outputs_and_declines_the_rest(rng):
     hot = _hot()
     o, z = tinputs(rng, SHAPE, torch.bfloat16)[:2]
-    assert hot.fwd(o, z, torch.empty_like(o), 0) is None          # a given output
+    out = torch.full(SHAPE, float("nan"), dtype=torch.float32)
+    v0 = out._version
+    assert hot.fwd(o, z, out, 0) is out and out._version > v0      # a given output, bumped
+    check("out", np_of(out), *ref_fwd(np_of(o), np_of(z)))
     assert hot.fwd(o[0], z[0], None, 0) is None                    # 3-D
+    assert hot.fwd(o, z, out.double(), 0) is None                  # float64 out
     with pytest.raises(zgate.Error, match="SHAPE_MISMATCH"):
         hot.fwd(o, z[:, :2], None, 0)
+    with pytest.raises(zgate.Error, match="out:"):
+        hot.fwd(o, z, out[:, :2], 0)
     assert np_of(zgate.fwd(o[0], z[0])).tobytes() == np_of(zgate.fwd(o, z)[0]).tobytes()
+
+
+# case -> given outputs from (dout, z, o), and whether the hot path takes the call
+GIVEN = {
+    "float32 dz, bfloat16 dout_scaled": (lambda d, z, o: (torch.empty_like(d),
+                                                          torch.empty_like(d).bfloat16()), True),
+    "dz a strided view": (lambda d, z, o: (torch.empty(SHAPE[:3] + (16,))[..., :8],
+                                           torch.empty_like(d)), True),
+    "dz of another shape": (lambda d, z, o: (torch.empty_like(d)[:, :2], torch.empty_like(d)),
+                            True),                                      # the library refuses
+    "dz is z": (lambda d, z, o: (z, torch.empty_like(d)), True),        # the library refuses
+    "dz and dout_scaled the same": (lambda d, z, o: (lambda t: (t, t))(torch.empty_like(d)),
+                                    True),                              # the library refuses
+    "float64 dz": (lambda d, z, o: (torch.empty_like(d).double(), torch.empty_like(d)), False),
+    "dz alone": (lambda d, z, o: (torch.empty_like(d), None), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GIVEN))
+def test_given_outputs_agree_with_the_general_path(rng, case):
+    """Given outputs through the hot path: the same bytes and versions as the general path
+    gives them (each output bumped once), or the same zgate.Error."""
+    hot = _hot()
+    make, taken = GIVEN[case]
+    d, z, o = tinputs(rng, SHAPE, torch.float32)
+
+    dz, dos = make(d, z, o)   # both runs write these (an error names their addresses)
+
+    def run(fn):
+        zc = z.clone()
+        outs = [t for t in (dz, dos) if t is not None]
+        v0 = [t._version for t in outs]
+        r = _outcome(lambda: fn(dz, dos))
+        return r, [t._version - v for t, v in zip(outs, v0)], torch.equal(z, zc)
+    if not taken:
+        assert hot.bwd(d, z, o, dz, dos, False, 0) is None
+    got = run(lambda dz, dos: hot.bwd(d, z, o, dz, dos, False, 0) if taken else
+              zgate.bwd(d, z, o, dz=dz, dout_scaled=dos))
+    want = run(lambda dz, dos: _call.bwd(ad, d, z, o, dz, dos, False, 0))
+    assert got == want
+    assert got[0][0] == ("ok" if case in ("float32 dz, bfloat16 dout_scaled", "dz a strided view",
+                                           "dz alone") else "error"), got
+    if got[0][0] == "ok":
+        assert got[1] == [1] * len(got[1])
+
+
+def test_zgate_fwd_and_bwd_take_given_outputs_through_the_hot_path(rng, monkeypatch):
+    hot = _hot()
+    taken = []
+
+    def spy(*a):
+        r = hot.fwd(*a)
+        taken.append(r is not None)
+        return r
+    monkeypatch.setitem(_adapters._fast_fwd, torch.Tensor, spy)
+    o, z = tinputs(rng, SHAPE, torch.bfloat16)[:2]
+    out = torch.empty_like(o)
+    assert zgate.fwd(o, z, out=out) is out
+    zgate.fwd(o, z)
+    assert taken == [True, True]
 
 
 def test_no_reference_is_kept_or_lost(rng):
@@ -272,7 +340,9 @@ def test_no_reference_is_kept_or_lost(rng):
     calls = [lambda: hot.bwd(d, z, o, None, None, False, 0),
              lambda: hot.fwd(o, z, None, 0),
              lambda: hot.bwd(d, z.double(), o, None, None, False, 0),
-             lambda: hot.bwd_into(d, z, o, torch.empty_like(d), torch.empty_like(d), 0)]
+             lambda: hot.bwd_into(d, z, o, torch.empty_like(d), torch.empty_like(d), 0),
+             lambda: hot.bwd(d, z, o, torch.empty_like(d), torch.empty_like(d), False, 0),
+             lambda: hot.fwd(o, z, torch.empty_like(o), 0)]
     for fn in calls:
         fn()
     for t in (d, z, o, bad):
@@ -290,6 +360,10 @@ def test_no_reference_is_kept_or_lost(rng):
             assert all(w() is None for w in outs)   # freed with the caller's references
         with pytest.raises(zgate.Error):
             hot.bwd(d, bad, o, None, None, False, 0)
+        with pytest.raises(zgate.Error):   # given outputs, refused
+            hot.bwd(d, z, o, bad, torch.empty_like(d), False, 0)
+        with pytest.raises(zgate.Error):
+            hot.fwd(o, z, bad, 0)
     gc.collect()
     # a temporary (a shape, a stride tuple, an int) kept per call would add 200 or more
     assert sys.getallocatedblocks() - blocks < 100

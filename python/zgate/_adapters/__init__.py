@@ -15,7 +15,7 @@ import sys
 from .._lib import Error
 
 _kinds = {}   # type -> adapter module
-# type -> hot path of zgate.bwd / zgate.fwd with new outputs, tried before the general route
+# type -> hot path of zgate.bwd / zgate.fwd, tried before the general route
 # unless tracing() (a compiled function, which torch.compile cannot trace):
 # fn(dout, z, o, dz, dout_scaled, inplace, num_threads) / fn(o, z, out, num_threads), a
 # result, or None to take that route

@@ -1,7 +1,9 @@
 """PyTorch tensors, described from their own metadata; CUDA work runs on PyTorch's current
 stream. The hot path of plain 4-D tensors is compiled (zgate._hot, python/ext/hot.c):
-zgate.bwd / zgate.fwd try it first for torch.Tensor, the custom ops through bwd_eager /
-fwd_eager, zgate.torch.compute_dzdo through bwd_into; what it declines takes zgate._call."""
+zgate.bwd / zgate.fwd try it first for torch.Tensor, zgate.torch's ops through bwd_eager /
+fwd_eager (new outputs), bwd_given / fwd_given (given ones, versions bumped) and bwd_into
+(outputs just allocated: compute_dzdo, silu_gate's backward); what it declines takes
+zgate._call."""
 import ctypes
 import sys
 
@@ -107,18 +109,28 @@ def bwd_into(dout, z, o, dz, dos, num_threads):
     return r if r is not None else _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
 
 
+def bwd_given(dout, z, o, dz, dos, num_threads):
+    """bwd into given outputs, their versions bumped: the hot path where it takes the call,
+    the general path otherwise."""
+    r = _hot_bwd(dout, z, o, dz, dos, False, num_threads)
+    return r if r is not None else _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
+
+
+def fwd_given(o, z, out, num_threads):
+    """fwd into a given output, its version bumped (hot path, or the general path)."""
+    r = _hot_fwd(o, z, out, num_threads)
+    return r if r is not None else _call.fwd(_self, o, z, out, num_threads)
+
+
 def fwd_eager(o, z, num_threads):
     """fwd with a new output: the hot path where it takes the call, the general path otherwise."""
     r = _hot_fwd(o, z, None, num_threads)
     return r if r is not None else _call.fwd(_self, o, z, None, num_threads)
 
 
-_NAMES = {2: ("o", "z"), 3: ("dout", "z", "o"), 5: ("dout", "z", "o", "dz", "dout_scaled")}
-
-
-def _failure(status, *tensors):
+def _failure(status, names, *tensors):
     """The zgate.Error of a hot-path call the library refused (zgate._hot raises it)."""
-    return fail(status, [(n, t, None) for n, t in zip(_NAMES[len(tensors)], tensors)])
+    return fail(status, [(n, t, None) for n, t in zip(names, tensors)])
 
 
 def _bind():
@@ -138,7 +150,7 @@ def _bind():
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
     hot.bind(address("zgate_bwd"), address("zgate_fwd"), _Tensor,
              (torch.float32, torch.float16, torch.bfloat16), _empty_like, _contiguous,
-             _raw_stream, _failure)
+             _raw_stream, _failure, _increment_version)
     _hot_bwd, _hot_into, _hot_fwd = hot.bwd, hot.bwd_into, hot.fwd
     _adapters.tracing = _is_compiling
     _fast_bwd[_Tensor] = hot.bwd
