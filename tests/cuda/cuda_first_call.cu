@@ -21,15 +21,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/cuda_plan.h"
 #include "zgate.h"
-
-#define CK(call)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                      \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
+#include "cuda_check.h"
 
 static double now_ms(void) {
   struct timespec ts;

@@ -27,6 +27,7 @@
 
 #include "zgate.h"
 #include "zgate_check.h"
+#include "cuda_check.h"
 
 #define SKIP 77
 
@@ -34,15 +35,6 @@ static std::atomic<int> g_failures{0};
 static std::atomic<int> g_cases{0};
 static int g_dev = 0;
 static std::mutex g_note_lock;
-
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
 
 #define EXPECT(cond, ...)               \
   do {                                  \
