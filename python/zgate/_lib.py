@@ -139,8 +139,9 @@ def _open(path):
 
 def raw(name):
     """A new function object for `name` of the loaded library, returning a C int and bound
-    without argtypes: for hot paths that pass ready ctypes pointers (nothing is converted
-    per call; a Python int passed to it would be truncated to a C int)."""
+    without argtypes: for callers that pass ready ctypes pointers (zgate._overhead, timing
+    the library call alone: nothing is converted per call; a Python int passed to it would
+    be truncated to a C int)."""
     f = load()[name]
     f.restype = ctypes.c_int
     return f

@@ -9,10 +9,9 @@ import sys
 
 import torch
 
-from .. import _call, _dlpack, _lib
+from .. import _adapters, _call, _dlpack, _lib
 from .._args import CPU_WORD, device_word, to4
 from .._call import fail
-from .. import _adapters
 from . import _fast_bwd, _fast_fwd, _kinds
 
 MUTABLE = True
@@ -146,6 +145,7 @@ def _bind():
     hot = _lib.hot()
     if hot is None:
         return
+
     def address(name):
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
     hot.bind(address("zgate_bwd"), address("zgate_fwd"), _Tensor,
