@@ -44,8 +44,6 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
         if kind.via_ops():
             from . import torch as _zt
             return _zt.bwd_via_ops(dout, z, o, dz, dout_scaled, inplace)
-        if dz is None and dout_scaled is None and not inplace and fast is None:
-            return kind.bwd_eager(dout, z, o, num_threads)
     return _call.bwd(kind, dout, z, o, dz, dout_scaled, inplace, num_threads)
 
 
@@ -69,8 +67,6 @@ def fwd(o, z, *, out=None, num_threads=0):
         if kind.via_ops():
             from . import torch as _zt
             return _zt.fwd_via_ops(o, z, out)
-        if out is None and fast is None:
-            return kind.fwd_eager(o, z, num_threads)
     return _call.fwd(kind, o, z, out, num_threads)
 
 

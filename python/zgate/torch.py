@@ -40,7 +40,7 @@ def _check_same_shape(names, tensors):
 @torch.library.custom_op("zgate::bwd", mutates_args=())
 def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
-    return _adapter.bwd_eager(dout, z, o, 0)
+    return _adapter.bwd_call(dout, z, o, None, None, 0)
 
 
 @bwd.register_fake
@@ -53,7 +53,7 @@ def _bwd_fake(dout, z, o):
 @torch.library.custom_op("zgate::fwd", mutates_args=())
 def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
-    return _adapter.fwd_eager(o, z, 0)
+    return _adapter.fwd_call(o, z, None, 0)
 
 
 @fwd.register_fake
@@ -137,7 +137,7 @@ def compute_dzdo(do, z, o, chunk_size=64):
 def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
             dout_scaled: torch.Tensor) -> None:
     """bwd writing into dz and dout_scaled (each in its own dtype)."""
-    _adapter.bwd_given(dout, z, o, dz, dout_scaled, 0)
+    _adapter.bwd_call(dout, z, o, dz, dout_scaled, 0)
 
 
 @bwd_out.register_fake
@@ -159,7 +159,7 @@ def _bwd_inplace_fake(dout, z, o, dz):
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
 def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
     """fwd writing into out (in its own dtype)."""
-    _adapter.fwd_given(o, z, out, 0)
+    _adapter.fwd_call(o, z, out, 0)
 
 
 @fwd_out.register_fake
@@ -210,11 +210,11 @@ def _register_device_kernels():
 
 
 def _bwd_kernel(dout, z, o):
-    return _adapter.bwd_eager(dout, z, o, 0)
+    return _adapter.bwd_call(dout, z, o, None, None, 0)
 
 
 def _fwd_kernel(o, z):
-    return _adapter.fwd_eager(o, z, 0)
+    return _adapter.fwd_call(o, z, None, 0)
 
 
 _device_kernels = _register_device_kernels()

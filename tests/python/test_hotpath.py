@@ -180,15 +180,20 @@ def test_hot_headers_are_the_general_paths(rng, num_threads, device):
     check("out", np_of(out), *ref_fwd(np_of(o), np_of(z)))
 
 
-def test_zgate_bwd_takes_the_hot_path(rng, monkeypatch):
-    hot = _hot()
+def _spied(monkeypatch, table, fn):
+    """The list of whether each call routed to the hot path fn was taken by it."""
     taken = []
 
     def spy(*a):
-        r = hot.bwd(*a)
+        r = fn(*a)
         taken.append(r is not None)
         return r
-    monkeypatch.setitem(_adapters._fast_bwd, torch.Tensor, spy)
+    monkeypatch.setitem(table, torch.Tensor, spy)
+    return taken
+
+
+def test_zgate_bwd_takes_the_hot_path(rng, monkeypatch):
+    taken = _spied(monkeypatch, _adapters._fast_bwd, _hot().bwd)
     dout, z, o = tinputs(rng, SHAPE, torch.bfloat16)
     zgate.bwd(dout, z, o)
     zgate.bwd(dout, z, o, num_threads=2)
@@ -196,6 +201,15 @@ def test_zgate_bwd_takes_the_hot_path(rng, monkeypatch):
     zgate.bwd(dout, z, o, dz=torch.empty_like(dout))      # one output given: declined
     zgate.bwd(dout.clone(), z, o, inplace=True)            # in place: declined
     assert taken == [True, True, True, False, False]
+
+
+def test_zgate_fwd_takes_the_hot_path(rng, monkeypatch):
+    taken = _spied(monkeypatch, _adapters._fast_fwd, _hot().fwd)
+    o, z = tinputs(rng, SHAPE, torch.bfloat16)[:2]
+    out = torch.empty_like(o)
+    assert zgate.fwd(o, z, out=out) is out
+    zgate.fwd(o, z)
+    assert taken == [True, True]
 
 
 def _outcome(fn):
@@ -312,22 +326,6 @@ def test_given_outputs_agree_with_the_general_path(rng, case):
                                            "dz alone") else "error"), got
     if got[0][0] == "ok":
         assert got[1] == [1] * len(got[1])
-
-
-def test_zgate_fwd_and_bwd_take_given_outputs_through_the_hot_path(rng, monkeypatch):
-    hot = _hot()
-    taken = []
-
-    def spy(*a):
-        r = hot.fwd(*a)
-        taken.append(r is not None)
-        return r
-    monkeypatch.setitem(_adapters._fast_fwd, torch.Tensor, spy)
-    o, z = tinputs(rng, SHAPE, torch.bfloat16)[:2]
-    out = torch.empty_like(o)
-    assert zgate.fwd(o, z, out=out) is out
-    zgate.fwd(o, z)
-    assert taken == [True, True]
 
 
 def test_no_reference_is_kept_or_lost(rng):

@@ -1,9 +1,8 @@
 """PyTorch tensors, described from their own metadata; CUDA work runs on PyTorch's current
 stream. The hot path of plain 4-D tensors is compiled (zgate._hot, python/ext/hot.c):
-zgate.bwd / zgate.fwd try it first for torch.Tensor, zgate.torch's ops through bwd_eager /
-fwd_eager (new outputs), bwd_given / fwd_given (given ones, versions bumped) and bwd_into
-(outputs just allocated: compute_dzdo, silu_gate's backward); what it declines takes
-zgate._call."""
+zgate.bwd / zgate.fwd try it first for torch.Tensor, zgate.torch's ops through bwd_call /
+fwd_call (new or given outputs, given ones' versions bumped) and bwd_into (outputs just
+allocated: compute_dzdo, silu_gate's backward); what it declines takes zgate._call."""
 import ctypes
 import sys
 
@@ -95,10 +94,11 @@ def _decline(*args):
 _hot_bwd = _hot_into = _hot_fwd = _decline
 
 
-def bwd_eager(dout, z, o, num_threads):
-    """bwd with new outputs: the hot path where it takes the call, the general path otherwise."""
-    r = _hot_bwd(dout, z, o, None, None, False, num_threads)
-    return r if r is not None else _call.bwd(_self, dout, z, o, None, None, False, num_threads)
+def bwd_call(dout, z, o, dz, dos, num_threads):
+    """bwd with new outputs (dz, dos None) or into given ones, their versions bumped: the hot
+    path where it takes the call, the general path otherwise."""
+    r = _hot_bwd(dout, z, o, dz, dos, False, num_threads)
+    return r if r is not None else _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
 
 
 def bwd_into(dout, z, o, dz, dos, num_threads):
@@ -108,23 +108,11 @@ def bwd_into(dout, z, o, dz, dos, num_threads):
     return r if r is not None else _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
 
 
-def bwd_given(dout, z, o, dz, dos, num_threads):
-    """bwd into given outputs, their versions bumped: the hot path where it takes the call,
-    the general path otherwise."""
-    r = _hot_bwd(dout, z, o, dz, dos, False, num_threads)
-    return r if r is not None else _call.bwd(_self, dout, z, o, dz, dos, False, num_threads)
-
-
-def fwd_given(o, z, out, num_threads):
-    """fwd into a given output, its version bumped (hot path, or the general path)."""
+def fwd_call(o, z, out, num_threads):
+    """fwd with a new output (out None) or into a given one, its version bumped (the hot
+    path, or the general path)."""
     r = _hot_fwd(o, z, out, num_threads)
     return r if r is not None else _call.fwd(_self, o, z, out, num_threads)
-
-
-def fwd_eager(o, z, num_threads):
-    """fwd with a new output: the hot path where it takes the call, the general path otherwise."""
-    r = _hot_fwd(o, z, None, num_threads)
-    return r if r is not None else _call.fwd(_self, o, z, None, num_threads)
 
 
 def _failure(status, names, *tensors):
