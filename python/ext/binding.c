@@ -339,9 +339,15 @@ static int view_dlpack(View *v, Kind *k, PyObject *x, const char *name, int outp
   if (!k->cpu_only) {
     PyObject *d = PyObject_CallMethodNoArgs(x, s_dlpack_device);
     if (!d) return -1;
-    long dev = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(d, 0)) : -1;
+    long dev = -1, id = 0;
+    if (PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2) {
+      dev = PyLong_AsLong(PyTuple_GET_ITEM(d, 0));
+      id = PyLong_AsLong(PyTuple_GET_ITEM(d, 1));
+    }
     Py_DECREF(d);
-    if (dev == -1 && PyErr_Occurred()) return -1;
+    if (PyErr_Occurred()) return -1;
+    /* the first array of a call, before the call's stream is known: its kind's stream */
+    if (is_cuda_like((int)dev) && !stream && kind_stream(k, (int)id, &stream)) return -1;
     /* DLPack's stream numbers: 1 is CUDA's legacy default stream */
     if (is_cuda_like((int)dev) && !(s = PyLong_FromVoidPtr(stream ? stream : (void *)1))) return -1;
   }

@@ -31,7 +31,7 @@ class Status(enum.IntEnum):
 
 class Error(ValueError):
     """A zgate call failed. ``status`` is the C status code (a Status, or None for errors found
-    in Python before reaching the library), ``status_name`` its C name (e.g.
+    by the binding before reaching the library), ``status_name`` its C name (e.g.
     "ZGATE_ERR_SHAPE_MISMATCH") and ``message`` the library's message for this call."""
 
     def __init__(self, status, message):

@@ -155,11 +155,13 @@ def _gpu_arrays(framework, host):
 @pytest.mark.parametrize("framework", ["cupy", "jax"])
 def test_gpu_producers_give_versioned_capsules(rng, framework, monkeypatch):
     """On the GPU: a CuPy or JAX array exported through DLPack is asked for as a 1.x capsule
-    on its own CUDA device with zgate's stream, and read right. CuPy answers with a versioned
-    capsule; JAX (jaxlib on the H200 machine, December 2026) takes the keywords and answers with
-    a legacy one, which zgate reads: a producer offering nothing newer."""
+    with zgate's stream, and read right. CuPy answers with a versioned capsule; JAX may answer
+    with a legacy one, which zgate reads. (The call's other arrays are CuPy's: JAX arrays on a
+    GPU are taken as inputs only, since no output can be made like them.)"""
     host = inputs(rng, (2, 9, 3, 80), F32)
-    (dout, z, o), to_host = _gpu_arrays(framework, host)
+    (dout, z, o), to_host = _gpu_arrays("cupy", host)
+    if framework == "jax":
+        z = _gpu_arrays("jax", host)[0][1]
     pz = _Forwarding(z)
     dz, dos = zgate.bwd(dout, pz, o)
     assert len(pz.kwargs) == 1, pz.kwargs      # the keywords taken: no legacy retry
