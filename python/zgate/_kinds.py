@@ -24,12 +24,15 @@ from ._errors import Error
 
 EXCHANGE, BUFFER, DLPACK, FALLBACK = range(4)
 ALIGN = 64   # bytes: new CPU outputs start on a cache line
+_np = None   # numpy, once an array of it is seen
 
 
 def classify(t):
     m = sys.modules
     np, torch, cupy, jax = (m.get(n) for n in ("numpy", "torch", "cupy", "jax"))
     if np is not None and issubclass(t, np.ndarray):
+        global _np
+        _np = np
         return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True, True)
     if torch is not None and issubclass(t, torch.Tensor):
         return _torch(t, torch)
@@ -58,14 +61,13 @@ def aligned_empty(shape, dtype):
     """A new C-ordered NumPy array whose data starts on an ALIGN-byte boundary."""
     import numpy as np
     dtype = np.dtype(dtype)
-    n = math.prod(shape) * dtype.itemsize
-    buf = np.empty(n + ALIGN, np.uint8)
-    off = -address(buf) % ALIGN
-    return buf[off:off + n].view(dtype).reshape(shape)
+    buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN, np.uint8)
+    return np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
 
 
 def _numpy_like(x):
-    return aligned_empty(x.shape, x.dtype)
+    buf = _np.empty(x.nbytes + ALIGN, _np.uint8)
+    return _np.ndarray(x.shape, x.dtype, buf, -address(buf) % ALIGN)
 
 
 def reference_like(shape):
