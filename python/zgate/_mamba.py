@@ -234,5 +234,5 @@ def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replace
                       "imports it by name, which upstream's mamba3_siso_combined does. Check that "
                       "this version of %s calls it (MambaPatch.calls counts the calls that reach "
                       "the replacement)." % (NAME, ", ".join(replaced) or module.__name__,
-                                             inst.root, inst.root), stacklevel=2)
+                                             inst.root, inst.root), stacklevel=3)
     return handle

@@ -140,3 +140,50 @@ def test_no_import_circles():
         seen.add(m)
     for m in graph:
         visit(m)
+
+
+def _leak_rounds(calls, rounds=200):
+    """Runs each call `rounds` times after a warm-up; returns the growth of the interpreter's
+    allocated blocks (a leaked tuple, capsule or output shows as one block per round)."""
+    for c in calls:
+        c()
+    before = sys.getallocatedblocks()
+    for _ in range(rounds):
+        for c in calls:
+            c()
+    return sys.getallocatedblocks() - before
+
+
+def _refused(call):
+    def run():
+        try:
+            call()
+        except zgate.Error:
+            return
+        raise AssertionError("not refused")
+    return run
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch", "dlpack"])
+def test_calls_keep_no_references(rng, framework):
+    """Taken and refused calls leave every argument's reference count as it was and keep no
+    temporaries (new outputs freed with the caller's references)."""
+    a = [rng.standard_normal((2, 3, 4, 5)).astype(np.float32) for _ in range(5)]
+    if framework == "torch":
+        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+        a = [torch.from_numpy(x) for x in a]
+    elif framework == "dlpack":
+        from test_numpy import _Producer
+        a = a[:3] + [np.empty_like(a[0]) for _ in range(2)]
+        a[1] = _Producer(a[1])
+    bad = a[0][:, :, :, :2]   # another shape
+    calls = [lambda: zgate.bwd(a[0], a[1], a[2]),
+             lambda: zgate.bwd(a[0], a[1], a[2], dz=a[3], dout_scaled=a[4]),
+             lambda: zgate.fwd(a[2], a[1]),
+             lambda: zgate.fwd(a[2], a[1], out=a[3]),
+             _refused(lambda: zgate.bwd(a[0], a[1], a[2], dz=bad, dout_scaled=a[4])),
+             _refused(lambda: zgate.fwd(a[2], a[1], num_threads="x"))]
+    counts = [sys.getrefcount(x) for x in a + [bad]]
+    growth = _leak_rounds(calls)
+    assert [sys.getrefcount(x) for x in a + [bad]] == counts
+    assert growth < 100, growth   # 200 rounds: a leak per call would be >= 200
