@@ -523,7 +523,23 @@ static PyObject *run(int op, PyObject *const *a, int nin, int nout, int inplace,
   void *stream = NULL;
   for (; viewed < nin; viewed++) {
     int out = viewed == 0 && inplace;
-    if (view_of(&v[viewed], a[viewed], names[viewed], out, stream)) goto done;
+    if (view_of(&v[viewed], a[viewed], names[viewed], out, stream)) {
+      Kind *k = viewed == 0 && !ref ? kind_of(a[0]) : NULL;
+      if (k && k->fallback != Py_None) { /* a device the producer cannot describe: its turn */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        result = to_fallback(k, kOpName[op], args, nargs);
+        if (result == Py_NotImplemented) {
+          Py_CLEAR(result);
+          PyErr_Restore(et, ev, tb);
+        } else {
+          Py_XDECREF(et);
+          Py_XDECREF(ev);
+          Py_XDECREF(tb);
+        }
+      }
+      goto done;
+    }
     if (viewed == 0 && !ref) {
       Kind *k = kind_of(a[0]);
       if (k->fallback != Py_None && !on_supported_device(&v[0].t)) { /* an NPU tensor, say */

@@ -9,7 +9,8 @@ mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API 
 like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x
 written   called with a given output after the library wrote into it (PyTorch's version
           counter), or None
-fallback  fallback(op, *args) for arrays on devices the library does not serve (an NPU)
+fallback  fallback(op, *args) for arrays on devices the library does not serve (an NPU), or
+          NotImplemented where it does not take the call either
 stream    stream(device_id): the consumer's current CUDA stream (DLPACK mode), or None for
           the legacy default stream
 alt       BUFFER: the bits of an array the buffer protocol refuses (bfloat16 as uint16);
@@ -112,7 +113,8 @@ def _jax_like(x):
 
 def _torch(t, torch):
     fallback = _torch_fallback
-    if t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:   # DTensor and the like
+    if (t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__   # DTensor and the like
+            or t.device is not torch.Tensor.device):   # a device its DLPack view may not show
         return (FALLBACK, None, None, None, fallback, None, None, True, False)
     like = (torch.empty_like, {"memory_format": torch.contiguous_format})
     written = getattr(torch.autograd.graph, "increment_version", None)

@@ -258,16 +258,19 @@ _dispatch = torch.Tensor.__torch_dispatch__
 
 
 def fallback(op, *args):
-    """zgate.bwd / zgate.fwd (op) on tensors the binding does not read: a subclass with its own
-    dispatch (DTensor: through the custom ops) or a tensor on an NPU (zgate.triton)."""
+    """zgate.bwd / zgate.fwd (op) on tensors the binding does not read: a tensor on an NPU
+    (zgate.triton), a subclass with its own dispatch or device (DTensor: through the custom
+    ops); NotImplemented for a plain tensor on another device (the binding's error stands)."""
     x = args[0]
     if x.device.type == "npu":
         from . import triton as _tr
         if op == "bwd":
             return _tr.bwd(*args[:3], dz=args[3], dout_scaled=args[4], inplace=args[5])
         return _tr.fwd(*args[:2], out=args[2])
-    if type(x).__torch_dispatch__ is not _dispatch:
+    if type(x) is not torch.Tensor and x.device.type in ("cpu", "cuda"):
         return traced_bwd(*args[:6]) if op == "bwd" else traced_fwd(*args[:3])
+    if type(x) is torch.Tensor:
+        return NotImplemented
     raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is on device '%s'"
                 % ("dout" if op == "bwd" else "o", x.device))
 
