@@ -119,11 +119,10 @@ def _torch(t, torch):
     like = (torch.empty_like, {"memory_format": torch.contiguous_format})
     written = getattr(torch.autograd.graph, "increment_version", None)
     api = _exchange_api(t)
-    if api is not None:
-        return (EXCHANGE, api, like, written, fallback, None, None, True, False)
-    # a PyTorch without the exchange API: __dlpack__ of a detached alias (it refuses a tensor
-    # that requires grad), on PyTorch's current stream
-    return (DLPACK, None, like, written, fallback, _torch_stream, t.detach, True, False)
+    # without the exchange API (an older PyTorch): __dlpack__ of a detached alias (it refuses
+    # a tensor that requires grad), on PyTorch's current stream
+    return (EXCHANGE if api is not None else DLPACK, api, like, written, fallback,
+            _torch_stream, t.detach, True, False)
 
 
 def _torch_stream(device_id):

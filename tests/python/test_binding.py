@@ -187,3 +187,25 @@ def test_calls_keep_no_references(rng, framework):
     growth = _leak_rounds(calls)
     assert [sys.getrefcount(x) for x in a + [bad]] == counts
     assert growth < 100, growth   # 200 rounds: a leak per call would be >= 200
+
+
+def test_torch_without_the_exchange_api(rng, monkeypatch):
+    """A PyTorch without the exchange API: tensors go through __dlpack__ of a detached alias
+    (so one that requires grad is taken too), given outputs' versions bumped."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from zgate import _kinds
+    monkeypatch.setattr(_kinds, "_exchange_api", lambda t: None)
+    _binding.configure(_kinds.classify, _kinds.reference_like)   # forget the cached kinds
+    try:
+        o = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32,
+                         requires_grad=True)
+        z = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32)
+        want = zgate.reference_fwd(o.detach().numpy(), z.numpy())
+        assert abs(zgate.fwd(o, z).numpy() - want).max() < 1e-5
+        out = torch.full_like(z, float("nan"))
+        v = out._version
+        assert zgate.fwd(o, z, out=out) is out and out._version == v + 1
+        assert abs(out.numpy() - want).max() < 1e-5
+    finally:
+        monkeypatch.undo()
+        _binding.configure(_kinds.classify, _kinds.reference_like)
