@@ -477,7 +477,7 @@ static int report_written(PyObject *t) {
 }
 
 static int on_supported_device(const DLTensor *t) {
-  int d = t->device.device_type;
+  int d = (int)t->device.device_type;
   return d == DEV_CPU || d == DEV_CUDA || d == DEV_CUDA_HOST || d == DEV_CUDA_MANAGED;
 }
 
@@ -548,7 +548,7 @@ static PyObject *run(int op, PyObject *const *a, int nin, int nout, int inplace,
         result = to_fallback(k, kOpName[op], args, nargs);
         goto done;
       }
-      if (is_cuda_like(v[0].t.device.device_type) && kind_stream(k, v[0].t.device.device_id, &stream))
+      if (is_cuda_like((int)v[0].t.device.device_type) && kind_stream(k, v[0].t.device.device_id, &stream))
         goto done;
     }
   }
