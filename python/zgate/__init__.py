@@ -13,7 +13,6 @@ PyTorch).
 """
 import sys
 
-from . import _binding, _kinds
 from ._errors import Error, Status
 
 __version__ = "0.1.0"
@@ -21,8 +20,19 @@ __version__ = "0.1.0"
 __all__ = ["bwd", "fwd", "reference_bwd", "reference_fwd", "Error", "Status", "info",
            "library_path", "__version__"]
 
-_binding.configure(_kinds.classify, _kinds.reference_like)
-_bwd, _fwd = _binding.bwd, _binding.fwd
+try:
+    from . import _binding
+except ImportError:   # a source tree: zgate.triton and zgate._errors work without it
+    _missing = ("zgate._binding is not built in %s: install the package (pip install .)"
+                % __path__[0])
+
+    class _Absent:
+        def __getattr__(self, name):
+            raise Error(None, _missing)
+    _binding = _Absent()
+else:
+    from . import _kinds
+    _binding.configure(_kinds.classify, _kinds.reference_like)
 
 
 def _compiling():
@@ -45,7 +55,7 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     if _compiling():
         from .torch import traced_bwd
         return traced_bwd(dout, z, o, dz, dout_scaled, inplace)
-    return _bwd(dout, z, o, dz, dout_scaled, inplace, num_threads)
+    return _binding.bwd(dout, z, o, dz, dout_scaled, inplace, num_threads)
 
 
 def fwd(o, z, *, out=None, num_threads=0):
@@ -56,7 +66,7 @@ def fwd(o, z, *, out=None, num_threads=0):
     if _compiling():
         from .torch import traced_fwd
         return traced_fwd(o, z, out)
-    return _fwd(o, z, out, num_threads)
+    return _binding.fwd(o, z, out, num_threads)
 
 
 def reference_bwd(dout, z, o, *, dz=None, dout_scaled=None):

@@ -209,3 +209,20 @@ def test_torch_without_the_exchange_api(rng, monkeypatch):
     finally:
         monkeypatch.undo()
         _binding.configure(_kinds.classify, _kinds.reference_like)
+
+
+def test_package_imports_without_the_binding(tmp_path):
+    """A package without zgate._binding (a source tree): `import zgate` and its Error and
+    Status work; a call names what is missing."""
+    import shutil
+    src = os.path.dirname(zgate.__file__)
+    shutil.copytree(src, str(tmp_path / "zgate"),
+                    ignore=lambda d, names: [n for n in names if n.startswith("_binding")
+                                             or n.startswith("libzgate")])
+    code = ("import zgate\nassert zgate.Status.ERR_DTYPE == 8\n"
+            "try:\n    zgate.fwd(None, None)\nexcept zgate.Error as e:\n    print(e)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "zgate._binding is not built" in r.stdout and "pip install ." in r.stdout, r.stdout
