@@ -16,7 +16,8 @@ torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zga
 NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed) of the same shape; and the
 original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names the folder holding
 mamba3_siso_bwd.py (imported under a temporary mamba_ssm package; nothing of it is kept).
-NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16.
+NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
+has none either: its rows are float16 then.
 """
 import argparse
 import importlib
@@ -97,9 +98,10 @@ def _other_framework_rows(dev, shape, dtype_name, host):
         except ImportError:
             print("CuPy not installed: no CuPy rows", file=sys.stderr)
             return []
-        d, z, o = (cupy.asarray(a).astype(dtype_name) for a in host)
+        dt = "float16" if dtype_name == "bfloat16" else dtype_name   # CuPy has no bfloat16
+        d, z, o = (cupy.asarray(a).astype(dt) for a in host)
         dz, ds = cupy.empty_like(d), cupy.empty_like(d)
-        name = "CuPy"
+        name = "CuPy" if dt == dtype_name else "CuPy, " + dt
     return [("zgate.bwd, %s (new outputs)" % name, lambda: zgate.bwd(d, z, o)),
             ("zgate.bwd, %s (given outputs)" % name,
              lambda: zgate.bwd(d, z, o, dz=dz, dout_scaled=ds))]
