@@ -5,9 +5,10 @@
  *   backward  dz         = dout * o * s * (1 + z * (1 - s))
  *             dout_scaled = dout * s * z
  *
- * Tensors are DLPack DLTensors of shape (batch, seqlen, nheads, headdim), any sizes >= 0,
- * any non-negative element strides (NULL = compact row-major), byte_offset honoured,
- * dtype float32, float16 or bfloat16 chosen per tensor. Math is float32; outputs are
+ * The gate is elementwise: the tensors of one call share one shape of any rank 0 ..
+ * ZGATE_MAX_NDIM (rank 0 = one element), any sizes >= 0, any non-negative element strides
+ * (NULL = compact row-major), byte_offset honoured, dtype float32, float16 or bfloat16 chosen
+ * per tensor. Mamba-3 calls it on (batch, seqlen, nheads, headdim); no rank is required. Math is float32; outputs are
  * rounded to nearest even in their own dtype. All tensors live on one device: the CPU
  * (kDLCPU) or one CUDA GPU (kDLCUDA, when the library was built with CUDA).
  *
@@ -40,6 +41,9 @@
 #define ZGATE_API
 #endif
 
+/* The highest tensor rank the entry points take. */
+#define ZGATE_MAX_NDIM 8
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,11 +51,11 @@ extern "C" {
 /* Status codes. 0 is success; values are stable across versions. */
 typedef enum zgate_status {
   ZGATE_OK = 0,
-  ZGATE_ERR_NULL_ARGUMENT = 1,    /* a required tensor pointer (or its shape) is NULL */
+  ZGATE_ERR_NULL_ARGUMENT = 1,    /* a required tensor pointer (or its shape, ndim > 0) is NULL */
   ZGATE_ERR_NULL_DATA = 2,        /* data is NULL but the tensor has elements */
-  ZGATE_ERR_NDIM = 3,             /* ndim is not 4 */
+  ZGATE_ERR_NDIM = 3,             /* ndim is outside 0..ZGATE_MAX_NDIM (0..8) */
   ZGATE_ERR_NEGATIVE_SIZE = 4,    /* a shape entry is negative */
-  ZGATE_ERR_SHAPE_MISMATCH = 5,   /* the tensors' shapes differ */
+  ZGATE_ERR_SHAPE_MISMATCH = 5,   /* the tensors' shapes (ndim or sizes) differ */
   ZGATE_ERR_NEGATIVE_STRIDE = 6,  /* a stride is negative */
   ZGATE_ERR_OUTPUT_SELF_OVERLAP = 7, /* two elements of one output share memory (e.g. zero stride) */
   ZGATE_ERR_DTYPE = 8,            /* dtype is not float32, float16 or bfloat16 */
@@ -95,23 +99,24 @@ typedef struct zgate_options {
 ZGATE_API void zgate_options_init(zgate_options *opts);
 
 /*
- * Backward of the gate.
- *   [in]  dout        (B, L, H, D) incoming gradient of the gate's output
- *   [in]  z           (B, L, H, D) gate input; often a strided view into the input projection
- *   [in]  o           (B, L, H, D) pre-gate output
- *   [out] dz          (B, L, H, D) gradient with respect to z
- *   [out] dout_scaled (B, L, H, D) dout * silu(z); may be the very tensor dout (in place:
- *                     same data, byte_offset, dtype and strides)
+ * Backward of the gate. Every tensor has the one shape S (the Mamba use: S = (batch,
+ * seqlen, nheads, headdim)).
+ *   [in]  dout        S incoming gradient of the gate's output
+ *   [in]  z           S gate input; often a strided view into the input projection
+ *   [in]  o           S pre-gate output
+ *   [out] dz          S gradient with respect to z
+ *   [out] dout_scaled S dout * silu(z); may be the very tensor dout (in place: same data,
+ *                     byte_offset, dtype and strides)
  *   [in]  opts        NULL for defaults
  */
 ZGATE_API int zgate_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, DLTensor *dz,
                         DLTensor *dout_scaled, const zgate_options *opts);
 
 /*
- * Forward of the gate: out = o * z * sigmoid(z).
- *   [in]  o   (B, L, H, D)
- *   [in]  z   (B, L, H, D)
- *   [out] out (B, L, H, D); may not overlap o or z
+ * Forward of the gate: out = o * z * sigmoid(z). Every tensor has the one shape S.
+ *   [in]  o   S
+ *   [in]  z   S
+ *   [out] out S; may not overlap o or z
  */
 ZGATE_API int zgate_fwd(const DLTensor *o, const DLTensor *z, DLTensor *out, const zgate_options *opts);
 

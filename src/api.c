@@ -35,6 +35,8 @@ static int zg_call(zg_op op, const DLTensor *const *t, const zgate_options *opts
   zg_problem p;
   zg_clear_error();
   int st = zg_resolve_options(opts, &ro);
+  /* a forced cpu_isa is checked before the tensors, whatever device they are on */
+  if (!st && ro.cpu_isa) st = zg_cpu_resolve(ro.cpu_isa, &ro.cpu_kernels);
   if (!st) st = zg_validate(op, t, 0, &p);
   if (!st) st = zg_dispatch(&p, &ro);
   return st;

@@ -1,5 +1,5 @@
 /* The float64 reference: gate_math.h's formula in double on the widened inputs, one
- * element at a time, any strides, single-threaded. It is the oracle of the tests and of
+ * element at a time over the collapsed dims (zg_problem), any strides, single-threaded. It is the oracle of the tests and of
  * `zgate check`, so it is deliberately plain. Outputs are rounded once from double into
  * their dtype (float16/bfloat16 via round-to-odd, so there is no double rounding). */
 #include "gate_math.h"
@@ -25,32 +25,30 @@ static void zg_ref_store(const zg_operand *t, int64_t off, double v) {
   }
 }
 
-static int64_t zg_ref_off(const zg_operand *t, const int64_t i[4]) {
-  return i[0] * t->strides[0] + i[1] * t->strides[1] + i[2] * t->strides[2] +
-         i[3] * t->strides[3];
+static int64_t zg_ref_off(const zg_problem *p, const zg_operand *t, const int64_t *i) {
+  int64_t off = 0;
+  for (int d = 0; d < p->ndim; d++) off += i[d] * t->strides[d];
+  return off;
 }
 
 int zg_reference_run(const zg_problem *p) {
-  int64_t i[4];
-  for (i[0] = 0; i[0] < p->shape[0]; i[0]++)
-    for (i[1] = 0; i[1] < p->shape[1]; i[1]++)
-      for (i[2] = 0; i[2] < p->shape[2]; i[2]++)
-        for (i[3] = 0; i[3] < p->shape[3]; i[3]++) {
-          if (p->op == ZG_OP_BWD) {
-            /* all inputs are read before any output is written: in place is safe */
-            double dout = zg_ref_load(&p->t[ZG_BWD_DOUT], zg_ref_off(&p->t[ZG_BWD_DOUT], i));
-            double z = zg_ref_load(&p->t[ZG_BWD_Z], zg_ref_off(&p->t[ZG_BWD_Z], i));
-            double o = zg_ref_load(&p->t[ZG_BWD_O], zg_ref_off(&p->t[ZG_BWD_O], i));
-            double dz, dos;
-            zg_gate_bwd_f64(dout, z, o, &dz, &dos);
-            zg_ref_store(&p->t[ZG_BWD_DZ], zg_ref_off(&p->t[ZG_BWD_DZ], i), dz);
-            zg_ref_store(&p->t[ZG_BWD_DOS], zg_ref_off(&p->t[ZG_BWD_DOS], i), dos);
-          } else {
-            double o = zg_ref_load(&p->t[ZG_FWD_O], zg_ref_off(&p->t[ZG_FWD_O], i));
-            double z = zg_ref_load(&p->t[ZG_FWD_Z], zg_ref_off(&p->t[ZG_FWD_Z], i));
-            zg_ref_store(&p->t[ZG_FWD_OUT], zg_ref_off(&p->t[ZG_FWD_OUT], i),
-                         zg_gate_fwd_f64(o, z));
-          }
-        }
+  int64_t i[ZG_MAX_DIMS] = {0};
+  for (int64_t n = 0; n < p->numel; n++) {
+    if (p->op == ZG_OP_BWD) {
+      /* all inputs are read before any output is written: in place is safe */
+      double dout = zg_ref_load(&p->t[ZG_BWD_DOUT], zg_ref_off(p, &p->t[ZG_BWD_DOUT], i));
+      double z = zg_ref_load(&p->t[ZG_BWD_Z], zg_ref_off(p, &p->t[ZG_BWD_Z], i));
+      double o = zg_ref_load(&p->t[ZG_BWD_O], zg_ref_off(p, &p->t[ZG_BWD_O], i));
+      double dz, dos;
+      zg_gate_bwd_f64(dout, z, o, &dz, &dos);
+      zg_ref_store(&p->t[ZG_BWD_DZ], zg_ref_off(p, &p->t[ZG_BWD_DZ], i), dz);
+      zg_ref_store(&p->t[ZG_BWD_DOS], zg_ref_off(p, &p->t[ZG_BWD_DOS], i), dos);
+    } else {
+      double o = zg_ref_load(&p->t[ZG_FWD_O], zg_ref_off(p, &p->t[ZG_FWD_O], i));
+      double z = zg_ref_load(&p->t[ZG_FWD_Z], zg_ref_off(p, &p->t[ZG_FWD_Z], i));
+      zg_ref_store(&p->t[ZG_FWD_OUT], zg_ref_off(p, &p->t[ZG_FWD_OUT], i), zg_gate_fwd_f64(o, z));
+    }
+    for (int d = p->ndim - 1; d >= 0 && ++i[d] == p->shape[d]; d--) i[d] = 0; /* odometer */
+  }
   return ZGATE_OK;
 }

@@ -13,7 +13,7 @@ const char *zgate_status_str(int status) {
     case ZGATE_OK: return "success";
     case ZGATE_ERR_NULL_ARGUMENT: return "a required tensor pointer or its shape is NULL";
     case ZGATE_ERR_NULL_DATA: return "tensor data is NULL but the tensor has elements";
-    case ZGATE_ERR_NDIM: return "tensor ndim is not 4 (batch, seqlen, nheads, headdim)";
+    case ZGATE_ERR_NDIM: return "ndim is outside 0..8";
     case ZGATE_ERR_NEGATIVE_SIZE: return "a tensor size is negative";
     case ZGATE_ERR_SHAPE_MISMATCH: return "the tensors' shapes differ";
     case ZGATE_ERR_NEGATIVE_STRIDE: return "a tensor stride is negative";

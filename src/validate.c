@@ -3,11 +3,13 @@
  * is 64-bit with explicit overflow checks, because a hostile or buggy caller can put any
  * value in any field. The first failing check decides the status, in this order:
  *
- *   per tensor, in signature order   NULL tensor -> NULL_ARGUMENT; ndim != 4 -> NDIM;
- *                                    NULL shape -> NULL_ARGUMENT; size < 0 -> NEGATIVE_SIZE;
+ *   per tensor, in signature order   NULL tensor -> NULL_ARGUMENT; ndim outside
+ *                                    0..ZGATE_MAX_NDIM -> NDIM; NULL shape (ndim > 0) ->
+ *                                    NULL_ARGUMENT; size < 0 -> NEGATIVE_SIZE;
  *                                    lanes != 1 -> LANES; dtype not f32/f16/bf16 (f64 in the
  *                                    *_reference calls only) -> DTYPE
- *   shapes differ from the first     SHAPE_MISMATCH; element count > 2^63 -> OVERFLOW
+ *   shapes differ from the first     SHAPE_MISMATCH (ndim or a size); element count > 2^63
+ *                                    -> OVERFLOW
  *   devices                          type or id differs -> DEVICE_MISMATCH; CUDA types
  *                                    without the CUDA backend -> NO_CUDA; types other than
  *                                    CPU, CUDAHost (host memory, runs on the CPU), CUDA,
@@ -24,12 +26,13 @@
  *                                    dims ignored) -> in place, else INPLACE_MISMATCH
  *
  * Overlap is judged on byte ranges [first, last element + 1): exact for everything a
- * framework hands over, conservative for two views interleaved in one buffer (refused). */
+ * framework hands over, conservative for two views interleaved in one buffer (refused).
+ * Messages name the caller's dims; the checks passed, the dims are collapsed once into the
+ * zg_problem that every backend reads (zg_collapse). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu/cpu_kernels.h"
 #include "zgate_internal.h"
 
 static const char *const zg_bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
@@ -69,10 +72,10 @@ static zg_route zg_route_of(DLDeviceType t) {
 }
 
 /* Compact row-major strides for a shape; on overflow only when there are elements. */
-static int zg_compact_strides(const char *name, const int64_t *shape, int64_t numel,
-                              int64_t strides[4]) {
+static int zg_compact_strides(const char *name, int nd, const int64_t *shape, int64_t numel,
+                              int64_t *strides) {
   int64_t acc = 1;
-  for (int d = 3; d >= 0; d--) {
+  for (int d = nd - 1; d >= 0; d--) {
     strides[d] = acc;
     if (__builtin_mul_overflow(acc, shape[d] > 0 ? shape[d] : 1, &acc)) {
       if (numel > 0)
@@ -85,10 +88,10 @@ static int zg_compact_strides(const char *name, const int64_t *shape, int64_t nu
 }
 
 /* The largest element offset (in elements) the tensor reaches, with overflow checks. */
-static int zg_max_offset(const char *name, const int64_t shape[4], const int64_t strides[4],
+static int zg_max_offset(const char *name, int nd, const int64_t *shape, const int64_t *strides,
                          int64_t *out) {
   int64_t max = 0;
-  for (int d = 0; d < 4; d++) {
+  for (int d = 0; d < nd; d++) {
     int64_t step;
     if (shape[d] <= 1) continue;
     if (__builtin_mul_overflow(shape[d] - 1, strides[d], &step) ||
@@ -104,11 +107,11 @@ static int zg_max_offset(const char *name, const int64_t shape[4], const int64_t
 /* Sufficient test that no two indices of an output share an element: with the dims of size
  * > 1 sorted by stride, each stride must step over everything the inner dims span. This
  * refuses zero strides and every overlap; it also refuses some exotic interleaved layouts
- * that happen not to overlap, which no framework produces for a 4-D output. */
-static int zg_check_self_overlap(const char *name, const int64_t shape[4],
-                                 const int64_t strides[4]) {
-  int dims[4], n = 0;
-  for (int d = 0; d < 4; d++)
+ * that happen not to overlap, which no framework produces for an output. */
+static int zg_check_self_overlap(const char *name, int nd, const int64_t *shape,
+                                 const int64_t *strides) {
+  int dims[ZGATE_MAX_NDIM], n = 0;
+  for (int d = 0; d < nd; d++)
     if (shape[d] > 1) dims[n++] = d;
   for (int i = 1; i < n; i++) /* insertion sort by stride, ascending */
     for (int j = i; j > 0 && strides[dims[j - 1]] > strides[dims[j]]; j--) {
@@ -128,11 +131,60 @@ static int zg_check_self_overlap(const char *name, const int64_t shape[4],
   return ZGATE_OK;
 }
 
-static int zg_same_layout(const zg_problem *p, int a, int b) {
-  if (p->t[a].dtype != p->t[b].dtype) return 0;
-  for (int d = 0; d < 4; d++)
-    if (p->shape[d] > 1 && p->t[a].strides[d] != p->t[b].strides[d]) return 0;
+/* dout_scaled as the very tensor dout: same dtype, same strides on every dim of size > 1. */
+static int zg_same_layout(int nd, const int64_t *shape, zg_dtype ta, const int64_t *sa,
+                          zg_dtype tb, const int64_t *sb) {
+  if (ta != tb) return 0;
+  for (int d = 0; d < nd; d++)
+    if (shape[d] > 1 && sa[d] != sb[d]) return 0;
   return 1;
+}
+
+/* The one description of the iteration that every backend reads (zgate_internal.h).
+ * Rule: drop size-1 dims; order the rest by the first output's strides, largest first
+ * (stable: equal strides keep the caller's order); merge each dim into the one outside it
+ * where every tensor walks the pair contiguously (stride[outer] == stride[inner] *
+ * size[inner]). Why the output's order: a permutation shared by all tensors (transposed or
+ * channels-last views of dense memory) then collapses to the same single dense run as the
+ * unpermuted call, where the caller's order would leave a strided innermost dim; the output
+ * is the stream written, so its unit stride lands innermost (the CPU's non-temporal stores,
+ * the GPU's vector stores need it); an output's strides are distinct on dims of size > 1
+ * (the self-overlap check), so the order is total. Z as a view into the input projection,
+ * strides (L*P, P, D, 1) beside dense outputs, stays rows of D contiguous elements. */
+static void zg_collapse(int nd, const int64_t *shape, const int64_t (*strides)[ZGATE_MAX_NDIM],
+                        zg_problem *p) {
+  const int nt = p->n_in + p->n_out;
+  const int64_t *os = strides[p->n_in];
+  int dims[ZGATE_MAX_NDIM], k = 0, n = 0;
+  for (int d = 0; d < nd; d++)
+    if (shape[d] > 1) dims[k++] = d;
+  for (int i = 1; i < k; i++) /* insertion sort, descending, stable */
+    for (int j = i; j > 0 && os[dims[j - 1]] < os[dims[j]]; j--) {
+      int tmp = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = tmp;
+    }
+  for (int i = 0; i < k; i++) {
+    const int d = dims[i];
+    int merge = n > 0;
+    for (int t = 0; t < nt && merge; t++) {
+      int64_t span; /* can overflow only for size-0 problems, whose extents were not checked */
+      merge = !__builtin_mul_overflow(strides[t][d], shape[d], &span) &&
+              p->t[t].strides[n - 1] == span;
+    }
+    if (merge) {
+      p->shape[n - 1] *= shape[d];
+      for (int t = 0; t < nt; t++) p->t[t].strides[n - 1] = strides[t][d];
+      continue;
+    }
+    p->shape[n] = shape[d];
+    for (int t = 0; t < nt; t++) p->t[t].strides[n] = strides[t][d];
+    n++;
+  }
+  if (n == 0) { /* one element, or none */
+    p->shape[0] = p->numel;
+    for (int t = 0; t < nt; t++) p->t[t].strides[0] = 0;
+    n = 1;
+  }
+  p->ndim = n;
 }
 
 int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_problem *p) {
@@ -140,6 +192,9 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   const int n = bwd ? 5 : 3;
   const char *const *names = bwd ? zg_bwd_names : zg_fwd_names;
   zg_range range[5];
+  int64_t shape[ZGATE_MAX_NDIM];
+  int64_t strides[5][ZGATE_MAX_NDIM];
+  int nd;
 
   memset(p, 0, sizeof *p);
   p->op = op;
@@ -150,30 +205,36 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   for (int i = 0; i < n; i++) {
     const DLTensor *t = tensors[i];
     if (!t) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: tensor pointer is NULL", names[i]);
-    if (t->ndim != 4)
-      return zg_fail(ZGATE_ERR_NDIM, "%s: ndim is %d, expected 4 (batch, seqlen, nheads, headdim)",
-                     names[i], (int)t->ndim);
-    if (!t->shape) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: shape is NULL", names[i]);
-    for (int d = 0; d < 4; d++)
+    if (t->ndim < 0 || t->ndim > ZGATE_MAX_NDIM)
+      return zg_fail(ZGATE_ERR_NDIM, "%s: ndim is %d, outside 0..%d", names[i], (int)t->ndim,
+                     ZGATE_MAX_NDIM);
+    if (!t->shape && t->ndim > 0) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: shape is NULL", names[i]);
+    for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] < 0)
         return zg_fail(ZGATE_ERR_NEGATIVE_SIZE, "%s: dim %d has negative size %lld", names[i],
                        d, (long long)t->shape[d]);
     int st = zg_parse_dtype(names[i], t->dtype, allow_f64, &p->t[i].dtype);
     if (st) return st;
   }
-  for (int i = 1; i < n; i++)
-    for (int d = 0; d < 4; d++)
+  nd = tensors[0]->ndim;
+  for (int i = 1; i < n; i++) {
+    if (tensors[i]->ndim != nd)
+      return zg_fail(ZGATE_ERR_SHAPE_MISMATCH,
+                     "%s: ndim is %d but %s has %d (shapes must be equal)", names[i],
+                     (int)tensors[i]->ndim, names[0], nd);
+    for (int d = 0; d < nd; d++)
       if (tensors[i]->shape[d] != tensors[0]->shape[d])
         return zg_fail(ZGATE_ERR_SHAPE_MISMATCH,
                        "%s: dim %d has size %lld but %s has %lld (shapes must be equal)",
                        names[i], d, (long long)tensors[i]->shape[d], names[0],
                        (long long)tensors[0]->shape[d]);
-  memcpy(p->shape, tensors[0]->shape, sizeof p->shape);
+  }
+  if (nd > 0) memcpy(shape, tensors[0]->shape, (size_t)nd * sizeof shape[0]);
   int64_t numel = 1;
-  for (int d = 0; d < 4; d++)
-    if (p->shape[d] == 0) numel = 0;
-  for (int d = 0; d < 4 && numel != 0; d++)
-    if (__builtin_mul_overflow(numel, p->shape[d], &numel))
+  for (int d = 0; d < nd; d++)
+    if (shape[d] == 0) numel = 0;
+  for (int d = 0; d < nd && numel != 0; d++)
+    if (__builtin_mul_overflow(numel, shape[d], &numel))
       return zg_fail(ZGATE_ERR_OVERFLOW, "%s: the element count overflows 64 bits at dim %d",
                      names[0], d);
   p->numel = numel;
@@ -206,28 +267,29 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   }
 
   /* 3. strides: given ones must be non-negative; NULL means compact row-major. Strides of
-   * size-1 dims are set to 0 so backends may compare and merge strides freely. */
+   * size-1 dims are set to 0: they never move, so they never decide a check. */
   for (int i = 0; i < n; i++) {
     const DLTensor *t = tensors[i];
-    int64_t *s = p->t[i].strides;
+    int64_t *s = strides[i];
     if (t->strides) {
-      for (int d = 0; d < 4; d++) {
+      for (int d = 0; d < nd; d++) {
         if (t->strides[d] < 0)
           return zg_fail(ZGATE_ERR_NEGATIVE_STRIDE, "%s: dim %d has negative stride %lld",
                          names[i], d, (long long)t->strides[d]);
         s[d] = t->strides[d];
       }
     } else {
-      int st = zg_compact_strides(names[i], p->shape, numel, s);
+      int st = zg_compact_strides(names[i], nd, shape, numel, s);
       if (st) return st;
     }
-    for (int d = 0; d < 4; d++)
-      if (p->shape[d] <= 1) s[d] = 0;
+    for (int d = 0; d < nd; d++)
+      if (shape[d] <= 1) s[d] = 0;
   }
 
   /* Nothing to read or write: data may be NULL, and there is no memory to check. */
   if (numel == 0) {
     for (int i = 0; i < n; i++) p->t[i].data = NULL;
+    zg_collapse(nd, shape, (const int64_t(*)[ZGATE_MAX_NDIM])strides, p);
     return ZGATE_OK;
   }
 
@@ -248,7 +310,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
                      "%s: data + byte_offset (%p + %llu) is not aligned to the %lld-byte element",
                      names[i], t->data, (unsigned long long)t->byte_offset, (long long)esize);
     int64_t maxoff = 0, bytes = 0;
-    int st = zg_max_offset(names[i], p->shape, p->t[i].strides, &maxoff);
+    int st = zg_max_offset(names[i], nd, shape, strides[i], &maxoff);
     if (st) return st;
     uintptr_t hi;
     if (__builtin_add_overflow(maxoff, 1, &bytes) ||
@@ -265,14 +327,14 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   /* 5. outputs: no element written twice, no overlap with anything else except the one
    * allowed in-place case (dout_scaled is exactly dout). */
   for (int i = p->n_in; i < n; i++) {
-    int st = zg_check_self_overlap(names[i], p->shape, p->t[i].strides);
+    int st = zg_check_self_overlap(names[i], nd, shape, strides[i]);
     if (st) return st;
   }
   for (int i = p->n_in; i < n; i++) {
     for (int j = 0; j < n; j++) {
       if (j == i || range[i].hi <= range[j].lo || range[j].hi <= range[i].lo) continue;
       if (bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT && range[i].lo == range[j].lo) {
-        if (!zg_same_layout(p, i, j))
+        if (!zg_same_layout(nd, shape, p->t[i].dtype, strides[i], p->t[j].dtype, strides[j]))
           return zg_fail(ZGATE_ERR_INPLACE_MISMATCH,
                          "dout_scaled: shares dout's memory but not its dtype and strides "
                          "(in place needs the very same tensor)");
@@ -287,6 +349,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
                          : "");
     }
   }
+  zg_collapse(nd, shape, (const int64_t(*)[ZGATE_MAX_NDIM])strides, p);
   return ZGATE_OK;
 }
 
@@ -314,11 +377,7 @@ int zg_resolve_options(const zgate_options *opts, zg_options *out) {
                      opts->num_threads, ZG_MAX_THREADS);
     out->num_threads = opts->num_threads;
   }
-  if (ZG_HAS_FIELD(opts, cpu_isa) && opts->cpu_isa) {
-    int st = zg_cpu_resolve(opts->cpu_isa, &out->cpu_kernels);
-    if (st) return st;
-    out->cpu_isa = opts->cpu_isa;
-  }
+  if (ZG_HAS_FIELD(opts, cpu_isa)) out->cpu_isa = opts->cpu_isa; /* the CPU backend checks it */
   if (ZG_HAS_FIELD(opts, cuda_stream)) out->cuda_stream = opts->cuda_stream;
   return ZGATE_OK;
 }

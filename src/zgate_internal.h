@@ -13,11 +13,16 @@ typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3 } zg_dty
 /* Bytes per element of each zg_dtype. */
 static inline int64_t zg_dtype_size(zg_dtype t) { return t == ZG_F64 ? 8 : t == ZG_F32 ? 4 : 2; }
 
-/* One validated tensor: byte_offset already applied, strides in elements (never NULL). */
+/* Dims a validated problem keeps after collapsing (zg_validate): never more than the
+ * caller's rank. */
+#define ZG_MAX_DIMS ZGATE_MAX_NDIM
+
+/* One validated tensor: byte_offset already applied, strides in elements of the problem's
+ * collapsed dims (never NULL). */
 typedef struct zg_operand {
   char *data;         /* may be NULL only when the problem has no elements */
   zg_dtype dtype;
-  int64_t strides[4];
+  int64_t strides[ZG_MAX_DIMS];
 } zg_operand;
 
 /* Operand slots, in the order of the public signatures. */
@@ -26,12 +31,18 @@ enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
 
 typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
 
-/* A validated call: every tensor shares `shape`; t[0 .. n_in-1] are inputs and
- * t[n_in .. n_in+n_out-1] outputs (for ZG_OP_BWD dout_scaled may be dout itself: in place). */
+/* A validated call, described once for every backend. The caller's dims are collapsed
+ * (validate.c, zg_collapse): size-1 dims dropped, the rest ordered by the first output's
+ * strides (outermost first), neighbours merged where every tensor walks them contiguously.
+ * So ndim is 1..ZG_MAX_DIMS, dim ndim-1 is the innermost, every size is >= 2 unless the
+ * problem has a single element (ndim 1, size 1) or none (ndim 1, size 0), and a dense
+ * problem is one dim. t[0 .. n_in-1] are inputs and t[n_in .. n_in+n_out-1] outputs (for
+ * ZG_OP_BWD dout_scaled may be dout itself: in place). */
 typedef struct zg_problem {
   zg_op op;
   int n_in, n_out;
-  int64_t shape[4];
+  int ndim;
+  int64_t shape[ZG_MAX_DIMS];
   int64_t numel;       /* product of shape; 0 means nothing to do */
   zg_operand t[5];
   DLDevice device;
@@ -41,8 +52,8 @@ typedef struct zg_problem {
 typedef struct zg_options {
   int num_threads;     /* 0 = OpenMP default */
   const char *cpu_isa; /* NULL = process-wide choice */
-  /* the CPU kernel table, resolved once per call: by zg_resolve_options for opts->cpu_isa,
-   * else by the CPU dispatch of api.c (the process-wide choice) */
+  /* the CPU kernel table, resolved once per call by the CPU backend (zg_cpu_resolve, called
+   * from api.c); opaque here */
   const struct zg_cpu_kernels *cpu_kernels;
   void *cuda_stream;
 } zg_options;

@@ -180,21 +180,34 @@ static void test_null_pointers(void **state) {
 
 static void test_ndim_and_shapes(void **state) {
   (void)state;
-  static const int bad_ndims[] = {0, 1, 3, 5, -1, 1000};
+  static const int bad_ndims[] = {-1, ZGATE_MAX_NDIM + 1, 1000};
+  static const int other_ndims[] = {0, 1, 3, 5, ZGATE_MAX_NDIM};
   for (int op = 0; op < 4; op++) {
     int slots[5], n = op_slots(op, slots);
     for (int k = 0; k < n; k++) {
       int s = slots[k];
       const char *name = slot_name(op, s);
       char what[96];
+      int64_t big_shape[ZGATE_MAX_NDIM + 1] = {2, 3, 4, 5, 1, 1, 1, 1, 1}; /* any ndim <= 9 */
       for (size_t j = 0; j < sizeof bad_ndims / sizeof bad_ndims[0]; j++) {
         fx f;
-        int64_t big_shape[8] = {2, 3, 4, 5, 1, 1, 1, 1}; /* readable for any ndim <= 8 */
         fx_init(&f);
         f.x[s].t.ndim = bad_ndims[j];
-        if (bad_ndims[j] > 4 && bad_ndims[j] <= 8) f.x[s].t.shape = big_shape;
+        if (bad_ndims[j] > 4 && bad_ndims[j] <= ZGATE_MAX_NDIM + 1) f.x[s].t.shape = big_shape;
         snprintf(what, sizeof what, "ndim %d on %s", bad_ndims[j], name);
         expect_fail(&f, op, ZGATE_ERR_NDIM, name, what);
+        fx_free(&f);
+      }
+      /* a valid rank that differs from the others' is a shape mismatch, even where the
+       * extra dims have size 1 */
+      for (size_t j = 0; j < sizeof other_ndims / sizeof other_ndims[0]; j++) {
+        fx f;
+        fx_init(&f);
+        f.x[s].t.ndim = other_ndims[j];
+        f.x[s].t.shape = big_shape;
+        f.x[s].t.strides = NULL;
+        snprintf(what, sizeof what, "ndim %d on %s only", other_ndims[j], name);
+        expect_fail(&f, op, ZGATE_ERR_SHAPE_MISMATCH, k == 0 ? NULL : name, what);
         fx_free(&f);
       }
       for (int d = 0; d < 4; d++) {
@@ -647,6 +660,191 @@ static void test_accepted(void **state) {
   finish();
 }
 
+/* ---- any rank: the elementwise contract -------------------------------------------------
+ * Ranks 0 .. ZGATE_MAX_NDIM with odd sizes (size 0 too), every tensor in its own layout
+ * (compact, strides spelled out, a permutation of the dims, padded rows, a strided inner
+ * dim), random dtypes, in place sometimes, on every CPU path this machine runs and on the
+ * float64 reference entry points; each element against zgate_check's policy, outputs
+ * poisoned beforehand, guard bytes around every tensor untouched. */
+
+#define ND_GUARD 64
+
+typedef struct nd_tensor {
+  DLTensor t;
+  int64_t shape[ZGATE_MAX_NDIM], strides[ZGATE_MAX_NDIM];
+  unsigned char *mem; /* ND_GUARD, the span, ND_GUARD */
+  size_t span;
+} nd_tensor;
+
+static int64_t nd_numel(int nd, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < nd; d++) n *= shape[d];
+  return n;
+}
+
+/* Strides for `layout`: 0 NULL (compact), 1 compact spelled out, 2 compact over a random
+ * permutation of the dims (a transposed view of dense memory; `perm` shared by the caller
+ * when the tensors should agree), 3 every dim padded, 4 inner stride 2. */
+static void nd_layout(int nd, const int64_t *shape, int layout, const int *perm, int64_t *st) {
+  int64_t acc = 1;
+  for (int k = nd - 1; k >= 0; k--) {
+    const int d = layout == 2 ? perm[k] : k;
+    st[d] = layout == 4 && k == nd - 1 ? 2 : acc;
+    acc = st[d] * (shape[d] > 0 ? shape[d] : 1) + (layout == 3 ? 3 : 0);
+  }
+}
+
+static void nd_init(nd_tensor *x, DLDataType dt, int nd, const int64_t *shape, int layout,
+                    const int *perm) {
+  memset(x, 0, sizeof *x);
+  memcpy(x->shape, shape, (size_t)nd * sizeof shape[0]);
+  nd_layout(nd, shape, layout, perm, x->strides);
+  int64_t last = 0;
+  for (int d = 0; d < nd; d++) last += (shape[d] - 1) * x->strides[d];
+  const int64_t n = nd_numel(nd, shape);
+  x->span = n > 0 ? (size_t)(last + 1) * (dt.bits / 8) : 0;
+  x->mem = malloc(x->span + 2 * ND_GUARD);
+  assert_non_null(x->mem);
+  memset(x->mem, ZT_POISON, x->span + 2 * ND_GUARD);
+  x->t.data = x->mem + ND_GUARD;
+  x->t.device.device_type = kDLCPU;
+  x->t.ndim = nd;
+  x->t.dtype = dt;
+  x->t.shape = nd > 0 ? x->shape : NULL; /* rank 0: no shape array at all */
+  x->t.strides = layout == 0 || nd == 0 ? NULL : x->strides;
+}
+
+static void *nd_at(const nd_tensor *x, const int64_t *idx) {
+  int64_t off = 0;
+  for (int d = 0; d < x->t.ndim; d++) off += idx[d] * x->strides[d];
+  return (char *)x->t.data + off * (x->t.dtype.bits / 8);
+}
+
+static int nd_guards_intact(const nd_tensor *x) {
+  for (int g = 0; g < ND_GUARD; g++)
+    if (x->mem[g] != ZT_POISON || x->mem[ND_GUARD + x->span + g] != ZT_POISON) return 0;
+  return 1;
+}
+
+/* One call with fresh tensors; 0 = everything as the policy says. isa NULL: the reference
+ * entry point into float64 outputs. */
+static int nd_case(int bwd, const char *isa, int nd, const int64_t *shape, zt_rng *r) {
+  const int n_in = bwd ? 3 : 2, nt = bwd ? 5 : 3;
+  const int64_t numel = nd_numel(nd, shape);
+  int perm[ZGATE_MAX_NDIM], shared_perm = (int)(zt_next(r) % 2);
+  nd_tensor x[5];
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  for (int d = nd - 1; d > 0; d--) {
+    int j = (int)zt_int(r, 0, d), tmp = perm[d];
+    perm[d] = perm[j];
+    perm[j] = tmp;
+  }
+  const int in_place = bwd && zt_next(r) % 4 == 0;
+  for (int t = 0; t < nt; t++) {
+    DLDataType dt = t >= n_in && !isa ? zt_f64 : zt_dtypes[zt_next(r) % 3];
+    int layout = (int)(zt_next(r) % 5);
+    if (!shared_perm && layout == 2)
+      for (int d = nd - 1; d > 0; d--) {
+        int j = (int)zt_int(r, 0, d), tmp = perm[d];
+        perm[d] = perm[j];
+        perm[j] = tmp;
+      }
+    if (in_place && t == 4) { /* dout_scaled is dout: same dtype and layout */
+      x[4] = x[0];
+      x[4].t.shape = nd > 0 ? x[4].shape : NULL;
+      if (x[0].t.strides) x[4].t.strides = x[4].strides;
+      continue;
+    }
+    if (in_place && t == 0) dt = isa ? dt : zt_f64;
+    nd_init(&x[t], dt, nd, shape, layout, perm);
+  }
+  /* inputs: random values, and some special ones in z */
+  int64_t idx[ZGATE_MAX_NDIM] = {0};
+  for (int64_t i = 0; i < numel; i++) {
+    for (int t = 0; t < n_in; t++) {
+      double v = t == 1 ? zt_rand_z(r) : zt_rand_mag(r);
+      if (t == 1 && zt_next(r) % 50 == 0) v = (double[]){0.0, -1.2785, 88.5, -104.0, 1e-40}[zt_next(r) % 5];
+      zgate_check_store(x[t].t.dtype, nd_at(&x[t], idx), v);
+    }
+    for (int d = nd - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+  }
+  double *dout0 = malloc((size_t)(numel > 0 ? numel : 1) * sizeof(double));
+  assert_non_null(dout0);
+  memset(idx, 0, sizeof idx);
+  for (int64_t i = 0; i < numel; i++) {
+    dout0[i] = zgate_check_load(x[0].t.dtype, nd_at(&x[0], idx));
+    for (int d = nd - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+  }
+  zgate_options o;
+  zgate_options_init(&o);
+  o.cpu_isa = isa;
+  int rc;
+  if (bwd)
+    rc = isa ? zgate_bwd(&x[0].t, &x[1].t, &x[2].t, &x[3].t, &x[4].t, &o)
+             : zgate_bwd_reference(&x[0].t, &x[1].t, &x[2].t, &x[3].t, &x[4].t);
+  else
+    rc = isa ? zgate_fwd(&x[0].t, &x[1].t, &x[2].t, &o) : zgate_fwd_reference(&x[0].t, &x[1].t, &x[2].t);
+  int bad = 0;
+  char what[160];
+  int len = snprintf(what, sizeof what, "%s %s rank %d shape (", bwd ? "bwd" : "fwd", isa ? isa : "reference", nd);
+  for (int d = 0; d < nd && len < 120; d++) len += snprintf(what + len, sizeof what - (size_t)len, "%s%lld", d ? "," : "", (long long)shape[d]);
+  snprintf(what + len, sizeof what - (size_t)len, ")%s", in_place ? " in place" : "");
+  if (rc != ZGATE_OK) {
+    problem("%s: returned %d: %s", what, rc, zgate_last_error());
+    bad = 1;
+  }
+  memset(idx, 0, sizeof idx);
+  for (int64_t i = 0; i < numel && !bad; i++) {
+    const double dout = dout0[i], z = zgate_check_load(x[1].t.dtype, nd_at(&x[1], idx));
+    const double ov = zgate_check_load(x[bwd ? 2 : 0].t.dtype, nd_at(&x[bwd ? 2 : 0], idx));
+    for (int t = n_in; t < nt; t++) {
+      const zgate_check_quantity q = !bwd ? ZGATE_CHECK_OUT : t == 3 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS;
+      const double got = zgate_check_load(x[t].t.dtype, nd_at(&x[t], idx));
+      const double ref = zgate_check_formula(q, dout, z, ov);
+      if (zgate_check_element(q, x[t].t.dtype, got, ref, dout, z, ov, NULL, NULL) != ZGATE_CHECK_PASS) {
+        problem("%s: output %d element %lld: got %.9g, reference %.9g (z %.9g)", what, t, (long long)i, got, ref, z);
+        bad = 1;
+        break;
+      }
+    }
+    for (int d = nd - 1; d >= 0 && ++idx[d] == shape[d]; d--) idx[d] = 0;
+  }
+  for (int t = 0; t < nt; t++) {
+    if (in_place && t == 4) continue;
+    if (!nd_guards_intact(&x[t])) {
+      problem("%s: a guard byte of tensor %d changed", what, t);
+      bad = 1;
+    }
+    free(x[t].mem);
+  }
+  free(dout0);
+  return bad;
+}
+
+static void test_ranks(void **state) {
+  (void)state;
+  static const char *const isas[] = {"scalar", "avx2", "avx512", "neon", NULL};
+  static const int ranks[] = {0, 1, 2, 3, 4, 5, ZGATE_MAX_NDIM};
+  const int reps = zt_quick() ? 2 : 8;
+  for (int k = 0; k < 5; k++) {
+    if (isas[k] && !zgate_cpu_isa_available(isas[k])) continue;
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++)
+      for (int rep = 0; rep < reps; rep++)
+        for (int bwd = 0; bwd < 2; bwd++) {
+          const int nd = ranks[ri];
+          int64_t shape[ZGATE_MAX_NDIM];
+          /* odd sizes, small enough that rank 8 stays a few thousand elements; one repeat
+           * long enough for the threaded and fused loops; one with a size-0 dim */
+          const int64_t top = nd >= 5 ? 3 : nd >= 3 ? 9 : 70;
+          for (int d = 0; d < nd; d++) shape[d] = zt_int(&g_rng, 1, top);
+          if (rep == 1 && nd >= 1 && nd <= 5) shape[nd - 1] = 4099 + (int64_t)nd * 2 * (nd < 3 ? 40 : 1);
+          if (rep == 2 && nd >= 1) shape[zt_int(&g_rng, 0, nd - 1)] = 0;
+          nd_case(bwd, isas[k], nd, shape, &g_rng);
+        }
+  }
+  finish();
+}
+
 static void test_status_strings(void **state) {
   (void)state;
   const char *seen[ZGATE_ERR_INTERNAL + 1];
@@ -699,6 +897,7 @@ int main(void) {
       cmocka_unit_test(test_overflow_and_alignment),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_accepted),
+      cmocka_unit_test(test_ranks),
       cmocka_unit_test(test_status_strings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,46 +5,91 @@
     bwd:  dz          = dout * o * s * (1 + z * (1 - s))
           dout_scaled = dout * s * z
 
-A thin ctypes binding over the C library libzgate (shipped inside this package, or named by
-the ZGATE_LIBRARY environment variable), with the hot path of PyTorch calls compiled
-(zgate._hot, beside the library). Arrays are exchanged through DLPack: NumPy (with
-ml_dtypes for bfloat16), PyTorch (CPU and CUDA), CuPy and JAX arrays are accepted, and
-outputs come back as the same kind. PyTorch autograd and torch.compile support is in
-``zgate.torch`` (imported on demand, so this package works without PyTorch).
+Arrays of any DLPack producer are accepted (NumPy with ml_dtypes for bfloat16, PyTorch, CuPy,
+JAX on the CPU) and new outputs come back as the same kind. zgate._binding (python/ext) is the
+one path into the library, libzgate, installed beside it. PyTorch's custom ops, autograd and
+torch.compile support are in ``zgate.torch`` (imported on demand: this package works without
+PyTorch).
 """
-from ._core import bwd, fwd, reference_bwd, reference_fwd
-from ._lib import Error, Status
+import sys
+
+from ._errors import Error, Status
 
 __version__ = "0.1.0"
 
 __all__ = ["bwd", "fwd", "reference_bwd", "reference_fwd", "Error", "Status", "info",
            "library_path", "__version__"]
 
+try:
+    from . import _binding
+except ImportError:   # a source tree: zgate.triton and zgate._errors work without it
+    _missing = ("zgate._binding is not built in %s: install the package (pip install .)"
+                % __path__[0])
+
+    class _Absent:
+        def __getattr__(self, name):
+            raise Error(None, _missing)
+    _binding = _Absent()
+else:
+    from . import _kinds
+    _binding.configure(_kinds.classify, _kinds.reference_like)
+
+
+def _compiling():
+    """Whether torch.compile is tracing the caller: its calls go through zgate.torch's custom
+    ops, since a compiled function cannot be traced. False where PyTorch is not imported."""
+    t = sys.modules.get("torch")
+    return t is not None and t.compiler.is_compiling()
+
+
+def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
+    """Backward of the gate: returns (dz, dout_scaled).
+
+    dz = dout * o * s * (1 + z * (1 - s)), dout_scaled = dout * s * z, s = sigmoid(z), in
+    float32 math. Inputs are any arrays that speak DLPack; new outputs are of dout's kind,
+    device and dtype, compact. Given outputs (dz=, dout_scaled=) are written in their own
+    dtype (float32, float16 or bfloat16). inplace=True writes dout_scaled into dout.
+    num_threads: CPU threads (0 = the OpenMP default). CUDA work is queued on the caller's
+    current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
+    """
+    if _compiling():
+        from .torch import traced_bwd
+        return traced_bwd(dout, z, o, dz, dout_scaled, inplace)
+    return _binding.bwd(dout, z, o, dz, dout_scaled, inplace, num_threads)
+
+
+def fwd(o, z, *, out=None, num_threads=0):
+    """Forward of the gate: out = o * z * sigmoid(z) (float32 math), returned.
+
+    A new `out` is of o's kind, device and dtype, compact; a given one is written in its own
+    dtype. Streams as for bwd."""
+    if _compiling():
+        from .torch import traced_fwd
+        return traced_fwd(o, z, out)
+    return _binding.fwd(o, z, out, num_threads)
+
+
+def reference_bwd(dout, z, o, *, dz=None, dout_scaled=None):
+    """The library's float64 reference of bwd (CPU arrays only, single-threaded).
+
+    New outputs are NumPy float64 arrays (the unrounded reference); given outputs may also
+    be float32/float16/bfloat16."""
+    return _binding.reference_bwd(dout, z, o, dz, dout_scaled)
+
+
+def reference_fwd(o, z, *, out=None):
+    """The library's float64 reference of fwd (CPU arrays only); a new out is NumPy float64."""
+    return _binding.reference_fwd(o, z, out)
+
 
 def library_path():
     """The path of the loaded libzgate."""
-    from . import _lib
-    return _lib.path()
+    return _binding.info()["library"]
 
 
 def info():
     """What the loaded library was built with and chooses, as a dict."""
-    from . import _lib
-    lib = _lib.load()
-    built = lib.zgate_cpu_isas_built().decode()
-    return {
-        "version": lib.zgate_version().decode(),
-        "python_package_version": __version__,
-        "library": _lib.path(),
-        "cpu_isas_built": built.split(),
-        "cpu_isas_available": [i for i in built.split()
-                               if lib.zgate_cpu_isa_available(i.encode())],
-        "cpu_isa_chosen": lib.zgate_cpu_isa_chosen().decode(),
-        "cuda_built": bool(lib.zgate_cuda_built()),
-        "build_info": lib.zgate_build_info().decode(),
-        # the compiled hot path of PyTorch calls: its file, or why it is not used
-        "hot_path": _lib.hot().__file__ if _lib.hot() is not None else "absent: " + _lib.hot_why(),
-    }
+    return dict(_binding.info(), python_package_version=__version__)
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""zgate's compute_dzdo inside an installed mamba_ssm (re-exported as zgate.torch.use_in_mamba_ssm).
+"""A compute_dzdo inside an installed mamba_ssm (zgate.torch.use_in_mamba_ssm puts zgate's there).
 
 Upstream's Mamba-3 SISO backward (mamba3_siso_combined.py) imports compute_dzdo *by name*
 from mamba3_siso_bwd.py, so setting the attribute of the defining module alone changes
@@ -203,14 +203,12 @@ def import_mamba_module(name=DEFINING_MODULE, skip_package_init=False):
                           name=e.name) from e
 
 
-def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement=None):
-    """Put zgate's compute_dzdo (or `replacement`) wherever mamba_ssm looks compute_dzdo up.
+def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement):
+    """Put `replacement` wherever mamba_ssm looks compute_dzdo up.
 
     module: the defining module, imported (a module object) or by name.
     Returns a MambaPatch (a context manager too). Raises ImportError, naming what to install,
     when mamba_ssm or the function is missing."""
-    if replacement is None:
-        from .torch import compute_dzdo as replacement
     if isinstance(module, str):
         module = import_mamba_module(module, skip_package_init)
     with _lock:
@@ -236,5 +234,5 @@ def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replace
                       "imports it by name, which upstream's mamba3_siso_combined does. Check that "
                       "this version of %s calls it (MambaPatch.calls counts the calls that reach "
                       "the replacement)." % (NAME, ", ".join(replaced) or module.__name__,
-                                             inst.root, inst.root), stacklevel=2)
+                                             inst.root, inst.root), stacklevel=3)
     return handle

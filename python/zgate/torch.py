@@ -15,15 +15,15 @@ are compact tensors on the inputs' device; CUDA work runs on the current stream.
     zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
                                      backward (every module that imported it by name)
 """
+# The eager kernels call zgate._binding directly: given outputs there get their version
+# counters bumped (a raw-pointer write that autograd must see).
 from typing import Tuple
 
 import torch
 
-from . import _call
-from ._adapters import classify
-from ._adapters import torch as _adapter
-from ._lib import Error, Status
-from ._mamba import MambaPatch, use_in_mamba_ssm
+from . import _binding, _mamba
+from ._errors import Error, Status
+from ._mamba import MambaPatch
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
            "use_in_mamba_ssm", "MambaPatch"]
@@ -40,7 +40,7 @@ def _check_same_shape(names, tensors):
 @torch.library.custom_op("zgate::bwd", mutates_args=())
 def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
-    return _adapter.bwd_call(dout, z, o, None, None, 0)
+    return _binding.bwd(dout, z, o, None, None, False, 0)
 
 
 @bwd.register_fake
@@ -53,7 +53,7 @@ def _bwd_fake(dout, z, o):
 @torch.library.custom_op("zgate::fwd", mutates_args=())
 def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
-    return _adapter.fwd_call(o, z, None, 0)
+    return _binding.fwd(o, z, None, 0)
 
 
 @fwd.register_fake
@@ -69,7 +69,7 @@ def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
     grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
     grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
-    _adapter.bwd_into(grad_out, z, o, grad_z, grad_o, 0)
+    _binding.bwd(grad_out, z, o, grad_z, grad_o, False, 0)
     return grad_o, grad_z
 
 
@@ -123,11 +123,12 @@ def compute_dzdo(do, z, o, chunk_size=64):
                     "tensors; do has shape %s" % (tuple(do.shape),))
     dz = torch.empty_like(z)
     do_scaled = torch.empty_like(do, memory_format=torch.contiguous_format)
-    if classify(do).via_ops():
-        # Detached, as in eager mode: these results carry no autograd history.
+    if torch.compiler.is_compiling() or type(do).__torch_dispatch__ is not _dispatch:
+        # Traced, or a DTensor: through the op. Detached, as in eager mode: these results
+        # carry no autograd history.
         torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
     else:
-        _adapter.bwd_into(do, z, o, dz, do_scaled, 0)
+        _binding.bwd(do, z, o, dz, do_scaled, False, 0)
     return dz, do_scaled
 
 
@@ -137,7 +138,7 @@ def compute_dzdo(do, z, o, chunk_size=64):
 def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
             dout_scaled: torch.Tensor) -> None:
     """bwd writing into dz and dout_scaled (each in its own dtype)."""
-    _adapter.bwd_call(dout, z, o, dz, dout_scaled, 0)
+    _binding.bwd(dout, z, o, dz, dout_scaled, False, 0)
 
 
 @bwd_out.register_fake
@@ -148,7 +149,7 @@ def _bwd_out_fake(dout, z, o, dz, dout_scaled):
 @torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
 def bwd_inplace(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor) -> None:
     """bwd writing dz into dz and dout_scaled into dout."""
-    _call.bwd(_adapter, dout, z, o, dz, None, True, 0)
+    _binding.bwd(dout, z, o, dz, None, True, 0)
 
 
 @bwd_inplace.register_fake
@@ -159,7 +160,7 @@ def _bwd_inplace_fake(dout, z, o, dz):
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
 def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
     """fwd writing into out (in its own dtype)."""
-    _adapter.fwd_call(o, z, out, 0)
+    _binding.fwd(o, z, out, 0)
 
 
 @fwd_out.register_fake
@@ -210,17 +211,17 @@ def _register_device_kernels():
 
 
 def _bwd_kernel(dout, z, o):
-    return _adapter.bwd_call(dout, z, o, None, None, 0)
+    return _binding.bwd(dout, z, o, None, None, False, 0)
 
 
 def _fwd_kernel(o, z):
-    return _adapter.fwd_call(o, z, None, 0)
+    return _binding.fwd(o, z, None, 0)
 
 
 _device_kernels = _register_device_kernels()
 
 
-# --- torch.compile paths of zgate.bwd / zgate.fwd -------------------------------------------
+# --- torch.compile paths of zgate.bwd / zgate.fwd, and tensors the binding passes on ---------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
 # history; traced, they do the same (detached inputs) through the ops above, the given
 # outputs mutated in place (no temporary, no copy). Use silu_gate for gradients.
@@ -229,7 +230,7 @@ def _new_like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def bwd_via_ops(dout, z, o, dz, dout_scaled, inplace):
+def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     z, o = z.detach(), o.detach()
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
@@ -246,8 +247,37 @@ def bwd_via_ops(dout, z, o, dz, dout_scaled, inplace):
     return dz, dout_scaled
 
 
-def fwd_via_ops(o, z, out):
+def traced_fwd(o, z, out):
     if out is None:
         return torch.ops.zgate.fwd(o.detach(), z.detach())
     torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)
     return out
+
+
+_dispatch = torch.Tensor.__torch_dispatch__
+
+
+def fallback(op, *args):
+    """zgate.bwd / zgate.fwd (op) on tensors the binding does not read: a tensor on an NPU
+    (zgate.triton), a subclass with its own dispatch or device (DTensor: through the custom
+    ops); NotImplemented for a plain tensor on another device (the binding's error stands)."""
+    x = args[0]
+    if x.device.type == "npu":
+        from . import triton as _tr
+        if op == "bwd":
+            return _tr.bwd(*args[:3], dz=args[3], dout_scaled=args[4], inplace=args[5])
+        return _tr.fwd(*args[:2], out=args[2])
+    if type(x) is not torch.Tensor and x.device.type in ("cpu", "cuda"):
+        return traced_bwd(*args[:6]) if op == "bwd" else traced_fwd(*args[:3])
+    if type(x) is torch.Tensor:
+        return NotImplemented
+    raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is on device '%s'"
+                % ("dout" if op == "bwd" else "o", x.device))
+
+
+def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False,
+                     replacement=None):
+    """Put zgate's compute_dzdo (or `replacement`) wherever mamba_ssm looks compute_dzdo up;
+    see zgate._mamba.use_in_mamba_ssm. Returns a MambaPatch."""
+    return _mamba.use_in_mamba_ssm(module, skip_package_init=skip_package_init,
+                                   replacement=replacement or compute_dzdo)

@@ -43,7 +43,7 @@ fi
 rm -f "$log"
 
 # Test the installed package (not python/ of the tree, and not a library named by hand).
-unset ZGATE_LIBRARY PYTHONPATH
+unset PYTHONPATH
 rc=0
 "$py" -m pytest -q -rs -p no:cacheprovider tests/python || rc=$?
 if [ "$rc" -eq 5 ]; then echo "20-python: pytest collected no tests"; exit 1; fi

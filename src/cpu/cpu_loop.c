@@ -1,9 +1,8 @@
-/* The CPU loop driver: one stride-aware walk over the 4-D problem for every ISA.
+/* The CPU loop driver: one stride-aware walk over the problem for every ISA.
  *
- * 1. Normalize: drop size-1 dims, order the rest by the first output's strides (outermost
- *    first), merge neighbours that are contiguous in ALL tensors. Dense tensors become one
- *    long run; Z as a view into the input projection, strides (L*8672, 8672, D, 1), becomes
- *    rows of D contiguous elements.
+ * 1. The dims are validation's collapsed ones (zg_problem, validate.c's zg_collapse): dense
+ *    tensors are one long run; Z as a view into the input projection, strides (L*8672,
+ *    8672, D, 1), is rows of D contiguous elements.
  * 2. Split the flat index space into work items of ZG_ITEM elements. The split depends on
  *    the problem only, never on the thread count, and every element is computed by the
  *    same code whichever thread runs its item: results are bit-identical for any
@@ -48,9 +47,9 @@
 
 typedef struct zg_plan {
   int nt, n_in;            /* tensors, of which inputs */
-  int ndim;                /* normalized dims, >= 1; dim ndim-1 is the innermost */
-  int64_t size[4];
-  int64_t stride[5][4];    /* elements, per tensor and normalized dim */
+  int ndim;                /* the problem's collapsed dims, >= 1; dim ndim-1 innermost */
+  int64_t size[ZG_MAX_DIMS];
+  int64_t stride[5][ZG_MAX_DIMS]; /* elements, per tensor and dim */
   char *base[5];
   int64_t esize[5];
   int dtype[5];
@@ -71,52 +70,19 @@ typedef struct zg_seg {
   int32_t len, dst;
 } zg_seg;
 
-static int zg_mergeable(const zg_plan *pl, int outer, int inner) {
-  for (int t = 0; t < pl->nt; t++)
-    if (pl->stride[t][outer] != pl->stride[t][inner] * pl->size[inner]) return 0;
-  return 1;
-}
-
 static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan *pl) {
   memset(pl, 0, sizeof *pl);
   pl->nt = p->n_in + p->n_out;
   pl->n_in = p->n_in;
   pl->numel = p->numel;
+  const int n = pl->ndim = p->ndim;
+  for (int d = 0; d < n; d++) pl->size[d] = p->shape[d];
   for (int t = 0; t < pl->nt; t++) {
     pl->base[t] = p->t[t].data;
     pl->dtype[t] = (int)p->t[t].dtype;
     pl->esize[t] = zg_dtype_size(p->t[t].dtype);
+    for (int d = 0; d < n; d++) pl->stride[t][d] = p->t[t].strides[d];
   }
-
-  /* dims of size > 1, outermost first by the first output's strides (stable) */
-  int dims[4], k = 0;
-  const int64_t *os = p->t[p->n_in].strides;
-  for (int d = 0; d < 4; d++)
-    if (p->shape[d] > 1) dims[k++] = d;
-  for (int i = 1; i < k; i++)
-    for (int j = i; j > 0 && os[dims[j - 1]] < os[dims[j]]; j--) {
-      int tmp = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = tmp;
-    }
-
-  /* merge from the outside in */
-  int n = 0;
-  for (int i = 0; i < k; i++) {
-    int d = dims[i];
-    pl->size[n] = p->shape[d];
-    for (int t = 0; t < pl->nt; t++) pl->stride[t][n] = p->t[t].strides[d];
-    if (n > 0 && zg_mergeable(pl, n - 1, n)) {
-      pl->size[n - 1] *= pl->size[n];
-      for (int t = 0; t < pl->nt; t++) pl->stride[t][n - 1] = pl->stride[t][n];
-    } else {
-      n++;
-    }
-  }
-  if (n == 0) { /* a single element */
-    pl->size[0] = 1;
-    for (int t = 0; t < pl->nt; t++) pl->stride[t][0] = 0;
-    n = 1;
-  }
-  pl->ndim = n;
 
   /* streaming: the output covers exactly numel elements (dense in its own layout) with a
    * unit inner stride, and is large enough that caching it would only evict the inputs */
@@ -323,7 +289,7 @@ static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t star
                         float (*stage)[ZG_CPU_BLOCK], zg_seg *seg, zg_carry *cr) {
   const int nd = pl->ndim, inner = nd - 1, nt = pl->nt;
   const int64_t row_len = pl->size[inner];
-  int64_t c[4] = {0, 0, 0, 0};
+  int64_t c[ZG_MAX_DIMS] = {0};
   int64_t off[5];
   int64_t j = start % row_len, r = start / row_len;
   for (int d = inner - 1; d >= 0; d--) {

@@ -70,7 +70,7 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: unexpected operand count %d", nt);
   Args a = {};
   int esize[MAX_T] = {0};
-  int64_t strides[MAX_T][4];
+  const int64_t *strides[MAX_T];
   for (int t = 0; t < nt; t++) {
     const zg_operand &op = p->t[t];
     if (op.dtype != ZG_F32 && op.dtype != ZG_F16 && op.dtype != ZG_BF16)
@@ -78,9 +78,11 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
     a.ptr[t] = op.data;
     a.dtype[t] = (int)op.dtype;
     esize[t] = (int)zg_dtype_size(op.dtype);
-    for (int d = 0; d < 4; d++) strides[t][d] = op.strides[d];
+    strides[t] = op.strides;
   }
-  plan_collapse(nt, p->shape, strides, a.n, a.st);
+  if (p->ndim < 1 || p->ndim > 3 + MAX_X)
+    return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: %d dims", p->ndim);
+  plan_dims(nt, p->ndim, p->shape, strides, a);
   bool all_f32 = true;
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
   int v = plan_vector_width(nt, a, esize, all_f32 ? kMaxVecF32 : kMaxVec16);

@@ -105,6 +105,14 @@ __device__ __forceinline__ void locate(const Args &a, int64_t i, Item<Op, KIND, 
 #pragma unroll
     for (int t = 0; t < NT; t++)
       it.off[t] = i0 * a.st[t][0] + i1 * a.st[t][1] + i2 * a.st[t][2] + col * a.st[t][3];
+    if (a.nx > 0) { /* more than 4 dims (rare): i0 spans the outer ones (st[t][0] is 0) */
+      for (int k = 0; k < a.nx; k++) {
+        const int64_t q = i0 / a.xn[k], ck = i0 - q * a.xn[k];
+        i0 = q;
+#pragma unroll
+        for (int t = 0; t < NT; t++) it.off[t] += ck * a.xst[t][k];
+      }
+    }
   }
 }
 

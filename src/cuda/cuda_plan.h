@@ -1,5 +1,5 @@
 /* Host-side planning of one CUDA launch, kept apart from the kernels so it can be read (and
- * tested) on its own: collapse the 4-D problem to the fewest dimensions, pick the widest
+ * tested) on its own: lay validation's collapsed dims (zg_problem) into Args, pick the widest
  * vector every pointer, stride and row length allows, and precompute the divisions that
  * turn a work-item index back into coordinates. C++ (host only); no CUDA calls. */
 #ifndef ZGATE_CUDA_PLAN_H
@@ -28,6 +28,9 @@ static inline FastDiv fastdiv_make(uint64_t d) {
 }
 
 enum { MAX_T = 5 };
+/* Dims outside the innermost three, when a problem keeps more than four after validation's
+ * collapse (ZG_MAX_DIMS - 3). */
+enum { MAX_X = 5 };
 
 /* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_MIXED = 3 };
@@ -41,8 +44,12 @@ enum { L_FLAT = 0, L_ROWS = 1, L_ANY = 2 };
 struct Args {
   char *ptr[MAX_T];       /* byte address of element (0,0,0,0) of each tensor */
   int dtype[MAX_T];       /* DT_F32 / DT_F16 / DT_BF16 */
-  int64_t n[4];           /* collapsed shape; n[3] is the innermost dimension */
-  int64_t st[MAX_T][4];   /* strides in elements of the collapsed dims */
+  int64_t n[4];           /* the problem's dims, right-aligned; n[3] is the innermost */
+  int64_t st[MAX_T][4];   /* strides in elements of those dims */
+  int nx;                 /* > 0: the problem has 3 + nx dims; n[0] is the product of the outer
+                             nx, described by xn / xst innermost first (st[t][0] unused) */
+  int64_t xn[MAX_X];
+  int64_t xst[MAX_T][MAX_X];
   int64_t nv;             /* whole vectors per row: n[3] / V */
   int64_t items;          /* work items: rows * nv */
   int tail;               /* elements after the last whole vector (only when rows == 1) */
@@ -52,38 +59,24 @@ struct Args {
   FastDiv div_nv, div_n2, div_n1;
 };
 
-/* Collapse: drop size-1 dims, merge neighbours that every tensor walks contiguously
- * (stride[a] == stride[b] * n[b] for all tensors), right-align the result in 4 dims. */
-static inline void plan_collapse(int nt, const int64_t shape[4], const int64_t (*strides)[4],
-                                 int64_t n_out[4], int64_t (*st_out)[4]) {
-  int64_t n[4];
-  int64_t st[MAX_T][4];
-  int k = 0;
+/* Lay the problem's ndim >= 1 dims (already collapsed by validation, outermost first) into
+ * a: right-aligned in n / st when they are at most 4, else the innermost three there and the
+ * outer ones in xn / xst. */
+static inline void plan_dims(int nt, int ndim, const int64_t *shape, const int64_t *const *strides,
+                             Args &a) {
+  const int nx = ndim > 4 ? ndim - 3 : 0; /* outer dims folded into n[0] */
+  const int pad = ndim < 4 ? 4 - ndim : 0;
+  a.nx = nx;
   for (int d = 0; d < 4; d++) {
-    if (shape[d] == 1) continue;
-    if (k > 0) {
-      bool merge = true;
-      for (int t = 0; t < nt; t++)
-        if (st[t][k - 1] != strides[t][d] * shape[d]) merge = false;
-      if (merge) {
-        n[k - 1] *= shape[d];
-        for (int t = 0; t < nt; t++) st[t][k - 1] = strides[t][d];
-        continue;
-      }
-    }
-    n[k] = shape[d];
-    for (int t = 0; t < nt; t++) st[t][k] = strides[t][d];
-    k++;
+    const int s = nx > 0 ? (d == 0 ? -1 : nx + d - 1) : d - pad; /* -1: a dim of size 1 */
+    a.n[d] = s < 0 ? 1 : shape[s];
+    for (int t = 0; t < nt; t++) a.st[t][d] = s < 0 ? 0 : strides[t][s];
   }
-  if (k == 0) { /* a single element */
-    n[0] = 1;
-    for (int t = 0; t < nt; t++) st[t][0] = 1;
-    k = 1;
-  }
-  int pad = 4 - k;
-  for (int d = 0; d < 4; d++) {
-    n_out[d] = d < pad ? 1 : n[d - pad];
-    for (int t = 0; t < nt; t++) st_out[t][d] = d < pad ? 0 : st[t][d - pad];
+  for (int k = 0; k < nx; k++) {
+    const int s = nx - 1 - k;
+    a.xn[k] = shape[s];
+    a.n[0] *= shape[s];
+    for (int t = 0; t < nt; t++) a.xst[t][k] = strides[t][s];
   }
 }
 
@@ -102,6 +95,8 @@ static inline int plan_vector_width(int nt, const Args &a, const int elem_size[M
       if ((uint64_t)(uintptr_t)a.ptr[t] % (uint64_t)align != 0) ok = false;
       for (int d = 0; d < 3 && ok; d++)
         if (a.n[d] > 1 && (a.st[t][d] * elem_size[t]) % align != 0) ok = false;
+      for (int k = 0; k < a.nx && ok; k++)
+        if ((a.xst[t][k] * elem_size[t]) % align != 0) ok = false;
     }
     if (ok) return v;
   }

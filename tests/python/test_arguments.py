@@ -1,10 +1,5 @@
 """Bad arguments raise zgate.Error in the caller's words and write nothing: keyword options
-checked before any work, a refused dtype named as the caller spells it, and an explicit
-ZGATE_LIBRARY that cannot be loaded."""
-import os
-import shutil
-import subprocess
-import sys
+checked before any work, a refused dtype named in DLPack's words ("int32", "bool")."""
 
 import numpy as np
 import pytest
@@ -89,41 +84,10 @@ def test_refused_torch_dtype_is_named(dtype):
     a = torch.ones(SHAPE)
     bad = torch.ones(SHAPE, dtype=getattr(torch, dtype))
     e = expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, a, bad, a)
-    assert "z: dtype torch.%s is not float32, float16 or bfloat16" % dtype in e.message, e.message
+    assert "z: dtype %s is not float32, float16 or bfloat16" % dtype in e.message, e.message
     assert "code" not in e.message
     e = expect_error(zgate.Status.ERR_DTYPE, zgate.fwd, bad, a)
-    assert "o: dtype torch.%s is not" % dtype in e.message
-    for n in NOT_A_C_INT:   # the PyTorch fast path checks its options too
+    assert "o: dtype %s is not" % dtype in e.message
+    for n in NOT_A_C_INT:
         expect_error(zgate.Status.ERR_OPTIONS, zgate.bwd, a, a, a, num_threads=n)
         expect_error(zgate.Status.ERR_OPTIONS, zgate.fwd, a, a, num_threads=n)
-
-
-def _package_with_bundled_library(tmp_path):
-    """A copy of the zgate package with the library in use bundled next to it, as installed."""
-    pkg = tmp_path / "site" / "zgate"
-    shutil.copytree(os.path.dirname(zgate.__file__), str(pkg),
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(zgate.library_path(), str(pkg / "libzgate.so"))
-    return pkg
-
-
-def _run(env, code="import zgate; print(zgate.library_path())"):
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=env["PYTHONPATH"])
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the bundled library is libzgate.so")
-def test_explicit_library_is_never_replaced_by_the_bundled_one(tmp_path):
-    pkg = _package_with_bundled_library(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "ZGATE_LIBRARY"}
-    env["PYTHONPATH"] = str(pkg.parent)
-    ok = _run(env)
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip() == str(pkg / "libzgate.so")   # the copy loads without a choice
-    not_a_library = tmp_path / "not_a_library.so"
-    not_a_library.write_text("not a shared library\n")
-    for chosen, why in ((tmp_path / "nothing.so", "no such file"), (not_a_library, "")):
-        bad = _run(dict(env, ZGATE_LIBRARY=str(chosen)))
-        assert bad.returncode != 0, "ZGATE_LIBRARY=%s was replaced by %s" % (chosen, bad.stdout)
-        last = bad.stderr.strip().splitlines()[-1]
-        assert "Error: ZGATE_PYTHON: ZGATE_LIBRARY=%s: %s" % (chosen, why) in last, bad.stderr

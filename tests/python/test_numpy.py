@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+import dl_structs
 import zgate
 from zg_oracle import BF16, F16, F32, check, inputs, ref_bwd, ref_fwd
 
@@ -274,7 +275,8 @@ def test_bad_dtypes():
 
 def test_ndim_and_strides_and_alignment():
     a = np.zeros((1, 2, 3, 4), np.float32)
-    expect_error(zgate.Status.ERR_NDIM, zgate.bwd, a[None], a[None], a[None])
+    deep = a.reshape((1,) * 5 + a.shape)   # 9 dimensions: more than ZGATE_MAX_NDIM
+    expect_error(zgate.Status.ERR_NDIM, zgate.bwd, deep, deep, deep)
     expect_error(zgate.Status.ERR_NEGATIVE_STRIDE, zgate.bwd, a, a[:, ::-1], a)
     zero = np.lib.stride_tricks.as_strided(np.zeros(4, np.float32), a.shape, (0, 0, 0, 4),
                                            writeable=True)
@@ -332,12 +334,11 @@ class _CapsuleProducer:
     out, and a deleter that counts its calls."""
 
     def __init__(self, a, device_type=1):
-        from zgate import _dlpack
         self.a, self.device_type, self.deleted = a, device_type, 0
         self._shape = (ctypes.c_int64 * a.ndim)(*a.shape)
         self._strides = (ctypes.c_int64 * a.ndim)(*(s // a.itemsize for s in a.strides))
-        self._deleter = _dlpack.DLDeleter(self._on_delete)
-        m = self._managed = _dlpack.DLManagedTensor()
+        self._deleter = dl_structs.DLDeleter(self._on_delete)
+        m = self._managed = dl_structs.DLManagedTensor()
         m.dl_tensor.data = a.__array_interface__["data"][0]
         m.dl_tensor.device.device_type = device_type
         m.dl_tensor.ndim = a.ndim
@@ -429,25 +430,3 @@ def test_info_and_version():
     assert os.path.exists(zgate.library_path())
 
 
-def test_runs_from_the_source_tree_with_ZGATE_LIBRARY(tmp_path):
-    """PYTHONPATH=python + ZGATE_LIBRARY=/path/libzgate.so: the CMake build-dir workflow."""
-    import subprocess
-    import sys
-    tree = os.path.join(os.path.dirname(__file__), "..", "..", "python")
-    if not os.path.isdir(os.path.join(tree, "zgate")):
-        pytest.skip("python/zgate not next to the tests")
-    env = dict(os.environ, ZGATE_LIBRARY=zgate.library_path(), PYTHONPATH=os.path.abspath(tree))
-    code = ("import numpy as np, zgate, os; a = np.ones((1, 1, 2, 3), np.float32);"
-            "print(zgate.__file__); print(zgate.library_path()); print(zgate.fwd(a, a)[0,0,0,0])")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path),
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    f, lib, v = out.stdout.split()
-    assert os.path.abspath(f).startswith(os.path.abspath(tree))
-    assert lib == zgate.library_path() and abs(float(v) - 0.7310586) < 1e-6
-    bad = dict(env, ZGATE_LIBRARY=str(tmp_path / "nothing.so"))
-    bad_run = subprocess.run([sys.executable, "-c", "import zgate; zgate.info()"], env=bad,
-                             cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
-    # an explicit library that is missing is reported, naming what was tried
-    if not os.path.exists(os.path.join(tree, "zgate", "libzgate.so")):
-        assert bad_run.returncode != 0 and "nothing.so" in bad_run.stderr

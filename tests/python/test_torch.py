@@ -80,7 +80,7 @@ def test_in_place_and_errors(rng, device):
         zt.compute_dzdo(dout[0], z[0], o[0])
     assert ei.value.status == zgate.Status.ERR_NDIM
     sparse = dout.cpu().to_sparse()
-    with pytest.raises(zgate.Error, match="layout"):
+    with pytest.raises(zgate.Error, match="could not read Tensor"):
         zgate.bwd(sparse, sparse, sparse)
 
 
@@ -172,7 +172,7 @@ def test_compiled_outputs_are_written_in_place(rng, fn, op, n):
     ptrs = [t.data_ptr() for t in args]
     res, code = run_and_get_code(torch.compile(fn, fullgraph=True, backend="inductor"), *args)
     body = "\n".join(code).split("def call(")[1].split("def get_args")[0]   # the graph's run
-    assert "torch.ops.zgate.%s.default(arg0_1" % op in body
+    assert "torch.ops.zgate.%s.default(arg" % op in body
     assert "copy_(" not in body and "empty_strided" not in body, body
     assert [t.data_ptr() for t in args] == ptrs
     for got, exp in zip(args, want):

@@ -1,0 +1,177 @@
+"""Per-call host cost of zgate from Python at a tiny shape, where the call is all there is.
+
+    python3 bench/host_overhead.py [--device cpu|cuda] [--shape 1,128,8,64] [--dtype bfloat16]
+                                   [--orig PATH] [--calls 2000] [--repeats 7]
+
+For each implementation, `calls` back-to-back calls are timed twice in one run:
+  host us/call  time until the last call has *returned* (what Python pays; the GPU may
+                still be working), divided by the calls;
+  wall us/call  time until the device has *finished* the last call, divided by the calls.
+Each figure is the median of `repeats` runs (and the minimum), after a warm-up (and
+compilation), net of an empty loop; the rows are timed in turns within each repeat, so that a
+change in the host's speed touches them all alike. The last column reads each row against
+one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any op.
+Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
+torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
+NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed) of the same shape; and the
+original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names the folder holding
+mamba3_siso_bwd.py (imported under a temporary mamba_ssm package; nothing of it is kept).
+NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
+has none either: its rows are float16 then.
+"""
+import argparse
+import importlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def _formula(dout, z, o):
+    import torch
+    zf = z.float()
+    s = torch.sigmoid(zf)
+    df = dout.float()
+    dz = df * o.float() * s * (1 + zf * (1 - s))
+    return dz.to(dout.dtype), (df * s * zf).to(dout.dtype)
+
+
+def _original(path):
+    root = tempfile.mkdtemp(prefix="zgate_orig_")
+    parts = ["mamba_ssm", "ops", "triton"]
+    for i in range(len(parts)):
+        d = os.path.join(root, *parts[:i + 1])
+        os.makedirs(d, exist_ok=True)
+        open(os.path.join(d, "__init__.py"), "w").close()
+    os.symlink(os.path.abspath(path), os.path.join(root, *parts, "mamba3"))
+    sys.path.insert(0, root)
+    return importlib.import_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd").compute_dzdo
+
+
+def time_rows(rows, sync, calls, repeats):
+    """{name: (host median, host min, wall median)} in us per call, net of an empty loop."""
+    def empty():
+        pass
+    rows = [(None, empty)] + list(rows)
+    for _, fn in rows:
+        for _ in range(20):
+            fn()
+    sync()
+    host = {n: [] for n, _ in rows}
+    wall = {n: [] for n, _ in rows}
+    loop = range(calls)
+    for r in range(repeats):
+        k = r % len(rows)   # each repeat starts at another row: no row always follows one
+        for n, fn in rows[k:] + rows[:k]:
+            sync()
+            t0 = time.perf_counter()
+            for _ in loop:
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            host[n].append((t1 - t0) / calls * 1e6)
+            wall[n].append((t2 - t0) / calls * 1e6)
+    med = statistics.median
+    h0, m0, w0 = med(host[None]), min(host[None]), med(wall[None])
+    return {n: (med(host[n]) - h0, min(host[n]) - m0, med(wall[n]) - w0)
+            for n, _ in rows if n is not None}
+
+
+def _other_framework_rows(dev, shape, dtype_name, host):
+    """zgate.bwd on NumPy (CPU) or CuPy (CUDA) arrays holding the same values."""
+    import zgate
+    if dev.type == "cpu":
+        import numpy as np
+        if dtype_name == "bfloat16":
+            import ml_dtypes
+            dt = ml_dtypes.bfloat16
+        else:
+            dt = np.dtype(dtype_name)
+        d, z, o = (a.astype(dt) for a in host)
+        dz, ds = np.empty_like(d), np.empty_like(d)
+        name = "NumPy"
+    else:
+        try:
+            import cupy
+        except ImportError:
+            print("CuPy not installed: no CuPy rows", file=sys.stderr)
+            return []
+        dt = "float16" if dtype_name == "bfloat16" else dtype_name   # CuPy has no bfloat16
+        d, z, o = (cupy.asarray(a).astype(dt) for a in host)
+        dz, ds = cupy.empty_like(d), cupy.empty_like(d)
+        name = "CuPy" if dt == dtype_name else "CuPy, " + dt
+    return [("zgate.bwd, %s (new outputs)" % name, lambda: zgate.bwd(d, z, o)),
+            ("zgate.bwd, %s (given outputs)" % name,
+             lambda: zgate.bwd(d, z, o, dz=dz, dout_scaled=ds))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shape", default="1,128,8,64")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"))
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    a = ap.parse_args(argv)
+
+    import torch
+    import zgate
+    import zgate.torch as zt
+
+    shape = tuple(int(v) for v in a.shape.split(","))
+    dtype = getattr(torch, a.dtype)
+    dev = torch.device(a.device)
+    host = [torch.randn(shape).numpy() for _ in range(3)]
+    dout, z, o = (torch.from_numpy(h).to(dev).to(dtype) for h in host)
+    dz, dos = torch.empty_like(dout), torch.empty_like(dout)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    if dev.type == "cuda":   # CuPy's work on PyTorch's stream, as a framework user would have it
+        sync = lambda: torch.cuda.synchronize() or _cupy_sync()  # noqa: E731
+
+    rows = [
+        ("zgate.bwd (new outputs)", lambda: zgate.bwd(dout, z, o)),
+        ("zgate.bwd (given outputs)", lambda: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos)),
+        ("zgate.torch.compute_dzdo", lambda: zt.compute_dzdo(dout, z, o)),
+        ("torch.ops.zgate.bwd (custom op, eager)", lambda: torch.ops.zgate.bwd(dout, z, o)),
+    ]
+    compiled = torch.compile(_formula)
+    rows.append(("torch.compile of the formula", lambda: compiled(dout, z, o)))
+    rows.append(("PyTorch eager formula", lambda: _formula(dout, z, o)))
+    floor = "PyTorch's floor: torch.neg(dout) (one eager op: one output, one launch)"
+    rows.append((floor, lambda: torch.neg(dout)))
+    rows += _other_framework_rows(dev, shape, a.dtype, host)
+    if a.orig and dev.type == "cuda":
+        try:
+            orig = _original(a.orig)
+            rows.append(("original Triton compute_dzdo", lambda: orig(dout, z, o)))
+        except Exception as e:  # report, do not fail the other rows
+            print("original: not importable from %s: %s" % (a.orig, e), file=sys.stderr)
+
+    print("zgate %s, %s" % (zgate.__version__, zgate.info()["build_info"]))
+    print("torch %s, device %s%s, shape %s %s, %d calls x %d repeats (median)" % (
+        torch.__version__, dev,
+        " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+        shape, a.dtype, a.calls, a.repeats))
+    timed = time_rows(rows, sync, a.calls, a.repeats)
+    base = timed[floor][0]
+    torch_call = timed["zgate.bwd (new outputs)"][0]
+    print("| implementation | host us/call | host, min | wall us/call | host / PyTorch's floor "
+          "| host / zgate.bwd on PyTorch |")
+    print("|---|---|---|---|---|---|")
+    for name, _ in rows:
+        h, m, w = timed[name]
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (name, h, m, w, h / base,
+                                                           h / torch_call))
+
+
+def _cupy_sync():
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""How zgate._binding reads each array type and makes new outputs like it: chosen once per
+type by classify(type), which answers a tuple
+
+    (mode, exchange capsule, like, written, fallback, stream, alt, mutable, cpu_only)
+
+mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API of the type),
+          BUFFER (the buffer protocol: NumPy), DLPACK (__dlpack__ capsules), FALLBACK (the
+          type's calls go to `fallback`: PyTorch subclasses that dispatch their own operators)
+like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x
+written   called with a given output after the library wrote into it (PyTorch's version
+          counter), or None
+fallback  fallback(op, *args) for arrays on devices the library does not serve (an NPU), or
+          NotImplemented where it does not take the call either
+stream    stream(device_id): the consumer's current CUDA stream (DLPACK mode), or None for
+          the legacy default stream
+alt       BUFFER: the bits of an array the buffer protocol refuses (bfloat16 as uint16);
+          DLPACK: the object to export instead of the array (a detached PyTorch tensor)
+mutable   whether outputs may be given; cpu_only: no device query needed
+"""
+import math
+import sys
+
+from ._binding import address
+from ._errors import Error
+
+EXCHANGE, BUFFER, DLPACK, FALLBACK = range(4)
+ALIGN = 64   # bytes: new CPU outputs start on a cache line
+_np = None   # numpy, once an array of it is seen
+
+
+def classify(t):
+    m = sys.modules
+    np, torch, cupy, jax = (m.get(n) for n in ("numpy", "torch", "cupy", "jax"))
+    if np is not None and issubclass(t, np.ndarray):
+        global _np
+        _np = np
+        return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True, True)
+    if torch is not None and issubclass(t, torch.Tensor):
+        return _torch(t, torch)
+    if cupy is not None and issubclass(t, cupy.ndarray):
+        return _dlpack(t, (_cupy_like, None), _cupy_stream, True)
+    if jax is not None and issubclass(t, jax.Array):
+        return _dlpack(t, (_jax_like, None), None, False)
+    if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
+        return _dlpack(t, (_dlpack_like, None), None, True)
+    raise Error(None, "expected an array that speaks DLPack (NumPy, PyTorch, CuPy, JAX...), "
+                "got %s" % t.__name__)
+
+
+def _exchange_api(t):
+    return getattr(t, "__dlpack_c_exchange_api__", None) or getattr(
+        t, "__c_dlpack_exchange_api__", None)
+
+
+def _dlpack(t, like, stream, mutable):
+    api = _exchange_api(t)
+    return (EXCHANGE if api is not None else DLPACK, api, like, None, None, stream, None,
+            mutable, False)
+
+
+def aligned_empty(shape, dtype):
+    """A new C-ordered NumPy array whose data starts on an ALIGN-byte boundary."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN, np.uint8)
+    return np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
+
+
+def _numpy_like(x):
+    buf = _np.empty(x.nbytes + ALIGN, _np.uint8)
+    return _np.ndarray(x.shape, x.dtype, buf, -address(buf) % ALIGN)
+
+
+def reference_like(shape):
+    return aligned_empty(shape, "float64")
+
+
+def _bfloat16_bits(x):
+    return x.view("uint16") if x.dtype.name == "bfloat16" and x.dtype.itemsize == 2 else None
+
+
+def _dlpack_like(x):
+    """A new NumPy output like another producer's CPU array."""
+    import numpy as np
+    if x.__dlpack_device__()[0] != 1:
+        raise Error(None, "cannot make outputs like a %s on device %s; pass them"
+                    % (type(x).__name__, tuple(x.__dlpack_device__())))
+    a = np.from_dlpack(x)
+    return aligned_empty(a.shape, a.dtype)
+
+
+def _cupy_like(x):
+    import cupy
+    with cupy.cuda.Device(x.device.id):
+        return cupy.empty(x.shape, x.dtype)
+
+
+def _cupy_stream(device_id):
+    import cupy
+    return cupy.cuda.get_current_stream(device_id).ptr
+
+
+def _jax_like(x):
+    """A new JAX array on x's CPU device, written before anything else sees it. JAX arrays on a
+    GPU are refused: JAX offers no way to make its streams wait for a kernel queued by
+    another library into an array it allocated."""
+    import jax.numpy as jnp
+    dev = next(iter(x.devices()))
+    if dev.platform != "cpu":
+        raise Error(None, "zgate takes JAX arrays on the CPU only (this one is on %s)" % dev)
+    return jnp.empty(x.shape, x.dtype, device=dev).block_until_ready()
+
+
+def _torch(t, torch):
+    fallback = _torch_fallback
+    if (t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__   # DTensor and the like
+            or t.device is not torch.Tensor.device):   # a device its DLPack view may not show
+        return (FALLBACK, None, None, None, fallback, None, None, True, False)
+    like = (torch.empty_like, {"memory_format": torch.contiguous_format})
+    written = getattr(torch.autograd.graph, "increment_version", None)
+    api = _exchange_api(t)
+    # without the exchange API (an older PyTorch): __dlpack__ of a detached alias (it refuses
+    # a tensor that requires grad), on PyTorch's current stream
+    return (EXCHANGE if api is not None else DLPACK, api, like, written, fallback,
+            _torch_stream, t.detach, True, False)
+
+
+def _torch_stream(device_id):
+    import torch
+    return torch.cuda.current_stream(device_id).cuda_stream
+
+
+def _torch_fallback(op, *args):
+    from . import torch as zt
+    return zt.fallback(op, *args)

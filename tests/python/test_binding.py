@@ -1,0 +1,228 @@
+"""zgate._binding as such: torch.compile before any eager call, PyTorch tensors read through
+the DLPack C exchange API, new NumPy outputs aligned, the accuracy oracle's entry, and the
+package's modules without import circles."""
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import zgate
+from zgate import _binding
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+COMPILED_FIRST = textwrap.dedent("""
+    import torch, zgate
+
+    def new(d, z, o):
+        return zgate.bwd(d, z, o)
+
+    def given(d, z, o, dz, ds):
+        return zgate.bwd(d, z, o, dz=dz, dout_scaled=ds)
+
+    def forward(o, z):
+        return zgate.fwd(o, z)
+
+    torch.manual_seed(0)
+    d, z, o = (torch.randn(2, 5, 3, 8) for _ in range(3))
+    dz, ds = torch.full_like(d, float("nan")), torch.full_like(d, float("nan"))
+    # each compiled and called before any eager call of zgate in this process
+    got_new = torch.compile(new, fullgraph=True)(d, z, o)
+    got_given = torch.compile(given, fullgraph=True)(d, z, o, dz, ds)
+    got_fwd = torch.compile(forward, fullgraph=True)(o, z)
+    want_dz, want_ds = zgate.reference_bwd(d.numpy(), z.numpy(), o.numpy())
+    want_out = zgate.reference_fwd(o.numpy(), z.numpy())
+    close = lambda a, b: bool(abs(a.double().numpy() - b).max() < 1e-5)
+    assert got_given[0] is dz and got_given[1] is ds
+    print("ok", close(got_new[0], want_dz), close(got_new[1], want_ds), close(dz, want_dz),
+          close(ds, want_ds), close(got_fwd, want_out))
+""")
+
+
+def test_torch_compile_before_any_eager_call():
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    r = subprocess.run([sys.executable, "-c", COMPILED_FIRST], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-6:] == ["ok"] + ["True"] * 5, r.stdout + r.stderr[-2000:]
+
+
+def test_torch_tensors_take_the_exchange_api(rng):
+    """A tensor that requires grad cannot go through __dlpack__ (PyTorch refuses it); read
+    through the exchange API it is taken as it is."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no DLPack C exchange API")
+    o = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32, requires_grad=True)
+    z = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32)
+    out = zgate.fwd(o, z)
+    assert type(out) is torch.Tensor and not out.requires_grad
+    want = zgate.reference_fwd(o.detach().numpy(), z.numpy())
+    assert abs(out.numpy() - want).max() < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 5), (2, 3, 4, 5), (1, 1, 1, 1, 1, 7), (0, 4)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_new_numpy_outputs_are_aligned(rng, shape, dtype):
+    a = rng.standard_normal(shape).astype(dtype)
+    outs = list(zgate.bwd(a, a, a)) + [zgate.fwd(a, a), zgate.reference_fwd(a, a)]
+    for x in outs:
+        assert x.shape == shape and x.flags.c_contiguous and x.flags.writeable
+        assert x.size == 0 or x.ctypes.data % 64 == 0
+
+
+def test_check_tensor_is_the_oracle(rng):
+    o, z = (rng.standard_normal((2, 3, 4, 5)).astype(np.float32) for _ in range(2))
+    out = zgate.fwd(o, z)
+    ref = zgate.reference_fwd(o, z)
+    st = _binding.check_tensor(2, out, ref, None, z, o)   # ZGATE_CHECK_OUT
+    assert st["count"] == out.size and st["failures"] == 0 and st["first_fail"] == -1
+    assert 0 <= st["max_bound_ratio"] <= 1
+    out.reshape(-1)[7] += 1.0
+    st = _binding.check_tensor(2, out, ref, None, z, o)
+    assert st["failures"] == 1 and st["first_fail"] == 7
+    dout = rng.standard_normal(o.shape).astype(np.float32)
+    dz, ds = zgate.bwd(dout, z, o)
+    rdz, rds = zgate.reference_bwd(dout, z, o)
+    assert _binding.check_tensor(0, dz, rdz, dout, z, o)["failures"] == 0
+    assert _binding.check_tensor(1, ds, rds, dout, z, o)["failures"] == 0
+
+
+def test_errors_import_without_the_library():
+    """zgate._errors is plain Python (the Triton package uses it where libzgate is absent)."""
+    tree = ast.parse(open(os.path.join(os.path.dirname(zgate.__file__), "_errors.py")).read())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    assert imported <= {"enum"}, imported
+
+
+def _package_imports():
+    """{module: modules of the package it imports at its top level}."""
+    root = os.path.dirname(zgate.__file__)
+    graph = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), root)[:-3].replace(os.sep, ".")
+            mod = "zgate" + ("" if rel == "__init__" else "." + rel.replace(".__init__", ""))
+            pkg = mod if f == "__init__.py" else mod.rpartition(".")[0]
+            deps = set()
+            for n in ast.parse(open(os.path.join(dirpath, f)).read()).body:
+                if isinstance(n, ast.ImportFrom) and n.level:
+                    base = pkg.rsplit(".", n.level - 1)[0] if n.level > 1 else pkg
+                    target = base + ("." + n.module if n.module else "")
+                    deps.add(target)
+                    deps.update(target + "." + a.name for a in n.names)
+                elif isinstance(n, ast.Import):
+                    deps.update(a.name for a in n.names if a.name.startswith("zgate"))
+            graph[mod] = deps
+    return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+
+
+def test_no_import_circles():
+    graph = _package_imports()
+    seen, path = set(), []
+
+    def visit(m):
+        assert m not in path, "import circle: " + " -> ".join(path[path.index(m):] + [m])
+        if m in seen:
+            return
+        path.append(m)
+        for d in graph[m]:
+            if d != "zgate":   # every submodule imports its package first: not a circle
+                visit(d)
+        path.pop()
+        seen.add(m)
+    for m in graph:
+        visit(m)
+
+
+def _leak_rounds(calls, rounds=200):
+    """Runs each call `rounds` times after a warm-up; returns the growth of the interpreter's
+    allocated blocks (a leaked tuple, capsule or output shows as one block per round)."""
+    for c in calls:
+        c()
+    before = sys.getallocatedblocks()
+    for _ in range(rounds):
+        for c in calls:
+            c()
+    return sys.getallocatedblocks() - before
+
+
+def _refused(call):
+    def run():
+        try:
+            call()
+        except zgate.Error:
+            return
+        raise AssertionError("not refused")
+    return run
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch", "dlpack"])
+def test_calls_keep_no_references(rng, framework):
+    """Taken and refused calls leave every argument's reference count as it was and keep no
+    temporaries (new outputs freed with the caller's references)."""
+    a = [rng.standard_normal((2, 3, 4, 5)).astype(np.float32) for _ in range(5)]
+    if framework == "torch":
+        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+        a = [torch.from_numpy(x) for x in a]
+    elif framework == "dlpack":
+        from test_numpy import _Producer
+        a = a[:3] + [np.empty_like(a[0]) for _ in range(2)]
+        a[1] = _Producer(a[1])
+    bad = a[0][:, :, :, :2]   # another shape
+    calls = [lambda: zgate.bwd(a[0], a[1], a[2]),
+             lambda: zgate.bwd(a[0], a[1], a[2], dz=a[3], dout_scaled=a[4]),
+             lambda: zgate.fwd(a[2], a[1]),
+             lambda: zgate.fwd(a[2], a[1], out=a[3]),
+             _refused(lambda: zgate.bwd(a[0], a[1], a[2], dz=bad, dout_scaled=a[4])),
+             _refused(lambda: zgate.fwd(a[2], a[1], num_threads="x"))]
+    counts = [sys.getrefcount(x) for x in a + [bad]]
+    growth = _leak_rounds(calls)
+    assert [sys.getrefcount(x) for x in a + [bad]] == counts
+    assert growth < 100, growth   # 200 rounds: a leak per call would be >= 200
+
+
+def test_torch_without_the_exchange_api(rng, monkeypatch):
+    """A PyTorch without the exchange API: tensors go through __dlpack__ of a detached alias
+    (so one that requires grad is taken too), given outputs' versions bumped."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from zgate import _kinds
+    monkeypatch.setattr(_kinds, "_exchange_api", lambda t: None)
+    _binding.configure(_kinds.classify, _kinds.reference_like)   # forget the cached kinds
+    try:
+        o = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32,
+                         requires_grad=True)
+        z = torch.tensor(rng.standard_normal((2, 3, 4, 5)), dtype=torch.float32)
+        want = zgate.reference_fwd(o.detach().numpy(), z.numpy())
+        assert abs(zgate.fwd(o, z).numpy() - want).max() < 1e-5
+        out = torch.full_like(z, float("nan"))
+        v = out._version
+        assert zgate.fwd(o, z, out=out) is out and out._version == v + 1
+        assert abs(out.numpy() - want).max() < 1e-5
+    finally:
+        monkeypatch.undo()
+        _binding.configure(_kinds.classify, _kinds.reference_like)
+
+
+def test_package_imports_without_the_binding(tmp_path):
+    """A package without zgate._binding (a source tree): `import zgate` and its Error and
+    Status work; a call names what is missing."""
+    import shutil
+    src = os.path.dirname(zgate.__file__)
+    shutil.copytree(src, str(tmp_path / "zgate"),
+                    ignore=lambda d, names: [n for n in names if n.startswith("_binding")
+                                             or n.startswith("libzgate")])
+    code = ("import zgate\nassert zgate.Status.ERR_DTYPE == 8\n"
+            "try:\n    zgate.fwd(None, None)\nexcept zgate.Error as e:\n    print(e)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "zgate._binding is not built" in r.stdout and "pip install ." in r.stdout, r.stdout
