@@ -181,7 +181,7 @@ def test_every_combination_within_budget(tmp_path, op):
                 text = f.read()
             for target, cores in (("Ascend910B2", 48), ("Ascend910B3", 40),
                                   ("Ascend910B4", 40)):
-                cost = costmodel.model(text, target, op, combo,
+                cost = costmodel.model(text, target, combo,
                                        r["block_r"] * r["block_c"], cores)
                 _check_budget(r, target, cost)
 

@@ -260,7 +260,7 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     tile = consts["BLOCK_R"] * consts["BLOCK_C"]
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
                block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], lean=consts["LEAN"],
-               hivm_path=hivm, cost=_cost.model(text, target, op, dtypes, tile))
+               hivm_path=hivm, cost=_cost.model(text, target, dtypes, tile))
     return rep
 
 

@@ -27,7 +27,6 @@ TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vector_co
 REQUEST_SHAPES = ((2, 2048, 24, 64), (16, 2345, 32, 64), (8, 2048, 32, 64), (4, 4096, 64, 64),
                   (1, 32768, 64, 64), (2, 8192, 32, 128), (2, 2048, 40, 80), (4, 4096, 48, 96))
 _TYPES = {"float": "float32", "half": "float16", "bfloat16_t": "bfloat16"}
-_ROW_TYPE = {"float32": "float32", "float16": "float16"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -159,7 +158,7 @@ def bounds(vector_cycles, hbm):
     return out
 
 
-def predict(target, vector_cores, op, dtypes, vector_cycles, tile_elems, hbm_tile_cycles,
+def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm_tile_cycles,
             bandwidth, shapes=REQUEST_SHAPES):
     """Predicted kernel time on dense tensors of each shape: each core runs its share of the
     tiles, a tile taking max(vector, HBM) cycles (copies and computation overlapping
@@ -202,7 +201,7 @@ def vector_cores(text):
     return int(m.group(1))
 
 
-def model(text, target, op, dtypes, tile_elems, cores=None):
+def model(text, target, dtypes, tile_elems, cores=None):
     """The whole model for one compiled case: vector_cost, the tile's HBM bytes and cycles
     per bandwidth with their ratios, and predictions for the request's shapes at each
     bandwidth. `target` picks the clock and bandwidths; `cores`, the vector cores sharing
@@ -213,6 +212,6 @@ def model(text, target, op, dtypes, tile_elems, cores=None):
     vc.update(vector_cores=cores, tile_bytes=nbytes,
               hbm=bounds(vc["vector_cycles"], hbm))
     vc["predictions"] = [
-        predict(target, cores, op, dtypes, vc["vector_cycles"], tile_elems, h["cycles"],
+        predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, h["cycles"],
                 h["bytes_per_s"]) for h in hbm]
     return vc

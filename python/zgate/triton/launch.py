@@ -1,6 +1,6 @@
 """One launch of the kernel: arguments from a plan, grid from the device. Framework-free:
-pointers are any objects Triton accepts (torch tensors, or anything with data_ptr() and a
-Triton dtype string)."""
+pointers are any objects Triton accepts (torch tensors, or anything with data_ptr(), a Triton
+dtype string and element_size())."""
 from . import plan as _plan
 
 # The kernel slot each tensor of an op fills, in the op's public order; the backward's
