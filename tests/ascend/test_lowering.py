@@ -23,9 +23,10 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..", "python"),
-                HERE]
+                os.path.join(HERE, "..", "triton"), HERE]
 
 import lowering_x86  # noqa: E402
+from special_values import big_for, special_inputs  # noqa: E402
 import zg_oracle as zo  # noqa: E402
 from zgate.triton import ascend, plan  # noqa: E402
 
@@ -127,13 +128,17 @@ def _strides(a):
     return [s // a.itemsize for s in a.strides]
 
 
-def _make(op, dtypes, shape, how, rng):
-    """(inputs as stored compactly, the arrays the kernel gets in the op's order, Outputs)."""
+def _make(op, dtypes, shape, how, rng, values=None):
+    """(inputs as stored compactly, the arrays the kernel gets in the op's order, Outputs).
+    values: float32 (dout, z, o) of `shape` instead of random ones."""
     dts = [_dtype(ascend.SHORT[d]) for d in dtypes]
     names = NAMES[op]
     n_in = 3 if op == "bwd" else 2
-    dout, z, o = zo.inputs(rng, shape)                       # float32, then each its dtype
-    _specials(rng, dout, z, o)
+    if values is None:
+        dout, z, o = zo.inputs(rng, shape)                   # float32, then each its dtype
+        _specials(rng, dout, z, o)
+    else:
+        dout, z, o = values
     vals = dict(dout=dout, z=z, o=o)
     ins = [vals[n].astype(dt) for n, dt in zip(names[:n_in], dts)]
     tensors = [_input(a, how) for a in ins]
@@ -158,10 +163,12 @@ def _plan(arrays, tile):
     return layout, plan.choose_tiles(layout, tile)
 
 
-def _run_case(op, dtypes, shape, how, tile, rng, workdir):
+def _run_case(op, dtypes, shape, how, tile, rng, workdir, values=None):
+    """Run one case and check every output; the largest error of each as a fraction of its
+    bound (zg_oracle.measure's 'worst')."""
     names = NAMES[op]
     n_in = 3 if op == "bwd" else 2
-    ins, arrays, outs = _make(op, dtypes, shape, how, rng)
+    ins, arrays, outs = _make(op, dtypes, shape, how, rng, values)
     layout, tiles = _plan(arrays, tile)
     assert tiles.n_tiles > GRID, "case too small to loop: %s" % (tiles,)
     so = lowering_x86.build(op, [a.dtype.name for a in arrays], layout, tiles, workdir)
@@ -173,9 +180,12 @@ def _run_case(op, dtypes, shape, how, tile, rng, workdir):
     else:
         out, s, a = zo.ref_fwd(*ins)
         refs = {"out": (out, s, a)}
+    worst = {}
     for name, x in zip(names[n_in:], outs):
         x.check_untouched(name)
-        zo.check(name, np.array(x.view), *refs[name], f32_ulps=F32_ULPS[name])
+        worst[name] = zo.check(name, np.array(x.view), *refs[name],
+                               f32_ulps=F32_ULPS[name])["worst"]
+    return worst
 
 
 SHAPES = [(3, 37, 7, 1), (2, 29, 5, 3), (1, 13, 3, 64), (3, 7, 2, 80), (2, 5, 3, 96),
@@ -263,3 +273,37 @@ def test_float32_error_on_many_elements(op, workdir):
     rng = _rng("f32-" + op)
     _run_case(op, ("f32",) * (5 if op == "bwd" else 3), (1, 1024, 4, 256), "dense",
               plan.NPU_TILE, rng, workdir)
+
+
+# ---- the 16-bit recipe (every output 16-bit) at its bound ------------------------------------
+
+SPECIAL_DTYPES = [("bf16",) * 5, ("f16",) * 5, ("f32", "f32", "f32", "bf16", "bf16"),
+                  ("f32", "f32", "f32", "bf16", "f16"),
+                  ("f16", "f16", "f16", "f16", "bf16"), ("f32",) * 5]
+
+
+@pytest.mark.parametrize("how", ["dense", "zview"])
+@pytest.mark.parametrize("dtypes", SPECIAL_DTYPES, ids=",".join)
+def test_special_values_each_recipe(dtypes, how, workdir):
+    """z near 0, across the root, near the exp overflow (88.7) and the float32 underflow of
+    exp(-|z|) (103.9), infinities, NaN and subnormals: the 16-bit recipe (16-bit outputs) and
+    the accurate one (float32)."""
+    shape = (2, 7, 3, 64)
+    rng = _rng("special-" + ",".join(dtypes) + how)
+    vals = special_inputs(rng, shape, big_for(dtypes))
+    _run_case("bwd", dtypes, shape, how, SMALL_TILE, rng, workdir, vals)
+    fwd = (dtypes[2], dtypes[1], dtypes[3])
+    _run_case("fwd", fwd, shape, how, SMALL_TILE, rng, workdir, vals)
+
+
+@pytest.mark.parametrize("op", ["bwd", "fwd"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_16bit_request_shape(op, dt, workdir):
+    """The request's first shape with Z as a view, the NPU's own tile, random inputs (an
+    eighth of z near the root, z up to +-30 and +-104)."""
+    n = 5 if op == "bwd" else 3
+    how = "zview"
+    shape = (2, 2048, 24, 64)
+    tile = plan.npu_tile(op, [ascend.SHORT[dt]] * n)
+    worst = _run_case(op, (dt,) * n, shape, how, tile, _rng("req-%s-%s" % (op, dt)), workdir)
+    assert all(w <= 1.0 for w in worst.values()), worst

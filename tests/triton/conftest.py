@@ -9,6 +9,7 @@ import pytest
 # flag when a kernel is defined: set it before anything imports zgate.triton.kernel.
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))   # zg_oracle
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))                # special_values
 
 _SEED = int(os.environ.get("ZGATE_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
 

@@ -151,7 +151,8 @@ def _launch(op, tensors, outputs, grid=None):
     dev = tensors[0].device
     copied, layout, tiles = _plan.plan_call(tuple(tensors[0].shape),
                                             tuple(t.stride() for t in tensors),
-                                            _plan.tile_elems(dev.type))
+                                            _plan.tile_elems(dev.type, op,
+                                                            [_DTYPES[t.dtype] for t in tensors]))
     work = list(tensors)
     copy_back = []
     for i, t in enumerate(tensors):

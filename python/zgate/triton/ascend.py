@@ -7,8 +7,9 @@ which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the fi
 every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines.
 
     python -m zgate.triton.ascend [--targets ...] [--ops ...] [--dtypes ...] [--layouts ...]
+                                  [--headdim N] [--predict]
 
-prints one line per combination. Needs triton-ascend and ascendnpu-ir in the running Python
+prints two lines per combination: the UB plan, then the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir in the running Python
 (never in the same environment as upstream triton: both install a package named triton).
 """
 import argparse
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from . import costmodel as _cost
 from . import plan as _plan
 
 TARGETS = ("Ascend910B2", "Ascend910B3", "Ascend910B4")
@@ -67,6 +69,9 @@ class _Ptr:
     def data_ptr(self):
         return self._address
 
+    def element_size(self):
+        return 4 if self.dtype == "*fp32" else 2
+
 
 def report_problem(op, layout, headdim):
     """The shape, per-tensor strides and dtypes of the representative call the report
@@ -91,7 +96,7 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
     dtypes = [SHORT[d] for d in dtypes]
     shape, strides = report_problem(op, layout, headdim)
     lay = _plan.collapse(shape, strides)
-    tile = tile_elems or _plan.NPU_TILE
+    tile = tile_elems or _plan.npu_tile(op, dtypes)
     tiles = _plan.choose_tiles(lay, tile)
     ptrs = [_Ptr(d) for d in dtypes]
     return kernel_arguments(op, ptrs, lay, tiles)
@@ -231,8 +236,12 @@ def _vector_ops(text):
 def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
                           layout="dense", headdim=64, tile_elems=None, keep_dir=None):
     """Compile the real kernel for `target` through triton-ascend and bishengir-compile and
-    return the UB plan of its final HIVM IR (see parse_hivm), with the tile it used and
-    `hivm_path`, the IR kept on disk (under keep_dir, or a fresh temporary directory)."""
+    return the UB plan of its final HIVM IR (see parse_hivm), with the tile it used,
+    `hivm_path` (the IR kept on disk, under keep_dir or a fresh temporary directory) and
+    `cost`: the vector-cost model of costmodel.model (per-tile vector calls by kind, their
+    cycles under Huawei's published table, the tile's HBM cycles at each bandwidth, the
+    ratio and the bound that wins, predicted times against an A100 on the request's
+    shapes)."""
     if op not in ("bwd", "fwd"):
         raise ValueError("op is 'bwd' or 'fwd', not %r" % (op,))
     dtypes = tuple(SHORT[d] for d in dtypes)
@@ -245,11 +254,38 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     os.makedirs(workdir, exist_ok=True)
     hivm = compile_hivm(linalg, metadata, target, workdir)
     with open(hivm) as f:
-        rep = parse_hivm(f.read())
+        text = f.read()
+    rep = parse_hivm(text)
     args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
+    tile = consts["BLOCK_R"] * consts["BLOCK_C"]
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
-               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], hivm_path=hivm)
+               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], lean=consts["LEAN"],
+               hivm_path=hivm, cost=_cost.model(text, target, dtypes, tile))
     return rep
+
+
+def _kinds(cost):
+    """'Mul 5, Div 1, ...' of a cost model's per-tile calls, unknown ones named."""
+    parts = ["%s %d" % (k, v["calls"]) for k, v in cost["by_kind"].items()]
+    return ", ".join(parts + ["UNKNOWN %s" % u for u in cost["unknown"]])
+
+
+def _print_predictions(cost):
+    """One line per request shape: predicted time at each bandwidth and the speed against
+    an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time)."""
+    for i, shape_row in enumerate(cost["predictions"][0]):
+        parts = []
+        for h, rows in zip(cost["hbm"], cost["predictions"]):
+            p = rows[i]
+            parts.append("%.1f TB/s %s us, x%s / x%s" % (
+                h["bytes_per_s"] / 1e12, "?" if p["npu_us"] is None else "%.1f" % p["npu_us"],
+                _ratio(p["vs A100 40GB"]).strip(), _ratio(p["vs A100 80GB"]).strip()))
+        print("      %-15s %7.1f MB: %s" % ("x".join(map(str, shape_row["shape"])),
+                                           shape_row["bytes"] / 1e6, "; ".join(parts)))
+
+
+def _ratio(x):
+    return "  ?  " if x is None else "%5.2f" % x
 
 
 def _copy_kinds(copies):
@@ -273,7 +309,8 @@ def _combos(ops, dtype_sets):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m zgate.triton.ascend",
                                  description="Compile zgate's Triton kernel for Ascend 910B "
-                                 "down to the final HIVM IR and print its UB plan.")
+                                 "down to the final HIVM IR and print its UB plan and its "
+                                 "vector-cost model (costmodel.py).")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--ops", default="bwd,fwd")
     ap.add_argument("--dtypes", default="bf16,f16,f32",
@@ -281,6 +318,10 @@ def main(argv=None):
                     "per-tensor combination")
     ap.add_argument("--layouts", default="dense,zview")
     ap.add_argument("--headdim", type=int, default=64)
+    ap.add_argument("--predict", action="store_true",
+                    help="also print, per request shape (dense layout), the predicted kernel "
+                    "time at each bandwidth and the speed against an A100 40 GB / 80 GB at "
+                    "90%% of their bandwidth (A100 time / NPU time)")
     ap.add_argument("--json", help="write the reports to this file")
     ap.add_argument("--keep", help="keep each HIVM IR under this directory")
     a = ap.parse_args(argv)
@@ -301,12 +342,21 @@ def main(argv=None):
                 ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
                       and r["scalar_accesses"] == 0)
                 bad += not ok
+                c = r["cost"]
                 print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
                       "scalar %d  copies %s%s" % (
                           target, op, ",".join(TRITON_DTYPE[d] for d in dtypes), layout,
                           r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
                           "yes" if r["double_buffered"] else "NO", r["scalar_accesses"],
                           _copy_kinds(r["copies"]), "" if ok else "  <-- FAIL"))
+                print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
+                    c["n_calls"], "?" if c["vector_cycles"] is None
+                    else "%.0f" % c["vector_cycles"], _kinds(c), c["tile_bytes"], "; ".join(
+                        "%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
+                            h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]),
+                            h["bound"]) for h in c["hbm"])))
+                if a.predict and layout == "dense":
+                    _print_predictions(c)
                 reports.append(r)
     if a.json:
         with open(a.json, "w") as f:

@@ -1,6 +1,6 @@
 """One launch of the kernel: arguments from a plan, grid from the device. Framework-free:
-pointers are any objects Triton accepts (torch tensors, or anything with data_ptr() and a
-Triton dtype string)."""
+pointers are any objects Triton accepts (torch tensors, or anything with data_ptr(), a Triton
+dtype string and element_size())."""
 from . import plan as _plan
 
 # The kernel slot each tensor of an op fills, in the op's public order; the backward's
@@ -22,7 +22,9 @@ def kernel_arguments(op, ptrs, layout, tiles):
         args[name + "_ptr"] = ptr
         args[name + "_sa"], args[name + "_sb"], args[name + "_sr"] = sa, sb, sr
     args.update(n_qa=n_qa, n_qb=n_qb, n_rows=n_rows, n_cols=n_cols)
-    consts = {"BACKWARD": op == "bwd", "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
+    outs = [p for p, n in zip(ptrs, slots) if n in ("dz", "dos")]
+    consts = {"BACKWARD": op == "bwd", "LEAN": all(p.element_size() == 2 for p in outs),
+              "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
     return args, consts
 
 

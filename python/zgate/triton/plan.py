@@ -99,18 +99,29 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
     return Tiles(block_r, block_c, n_tiles)
 
 
-# Tile sizes in elements, no search. Ascend 910B: 4096 is the largest power of two that
-# bishengir-compile keeps double-buffered in a vector core's 192 KB UB for every dtype
-# combination of both ops (float32 backward: 196608 of 196608 bytes; 8192 overflows);
-# ascend.py's report and tests/ascend check it for every combination and target.
+# Tile sizes in elements, no search. Ascend 910B: the largest power of two that
+# bishengir-compile keeps double-buffered in a vector core's 192 KB UB. 4096 for every dtype
+# combination of both ops (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops
+# to single buffering); 8192 for the forward on 16-bit tensors only (196608 bytes), where it
+# spreads each vector instruction's fixed cost over twice the elements (costmodel.py: 0.81
+# -> 0.73 of the HBM time at 1.8 TB/s). ascend.py's report and tests/ascend check it for
+# every combination and target.
 NPU_TILE = 4096
+NPU_TILE_FWD_16BIT = 8192
 # H200, one program per tile (bench/triton_tile_probe.py, 3 December 2026): 1024 elements
 # was best or within 1% of best on four of six large rows; 4096 and 8192 lost up to 36%.
 GPU_TILE = 1024
 
 
-def tile_elems(device_type: str) -> int:
-    return NPU_TILE if device_type == "npu" else GPU_TILE
+def npu_tile(op: str, dtypes: Sequence[str]) -> int:
+    """The NPU tile of an op on tensors of these dtypes (names as in DTYPE_BYTES)."""
+    if op == "fwd" and all(DTYPE_BYTES[d] == 2 for d in dtypes):
+        return NPU_TILE_FWD_16BIT
+    return NPU_TILE
+
+
+def tile_elems(device_type: str, op: str, dtypes: Sequence[str]) -> int:
+    return npu_tile(op, dtypes) if device_type == "npu" else GPU_TILE
 
 
 @functools.lru_cache(maxsize=512)
