@@ -19,7 +19,7 @@ ascend_compile_report(...) compiles the kernel for an Ascend 910B target without
 """
 import os
 
-from .._lib import Error, Status
+from .._errors import Error, Status
 from . import plan as _plan
 
 __all__ = ["bwd", "fwd", "ascend_compile_report", "available"]
