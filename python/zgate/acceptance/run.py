@@ -1,5 +1,4 @@
 """The cases, the implementations and the measurement of one case."""
-import importlib
 import math
 import os
 import statistics
