@@ -159,11 +159,30 @@ def _versions(dev, a):
             v[mod] = str(m.__version__)
     if a.device == "cuda":
         v["cuda runtime"] = dev.torch.version.cuda
+        v["driver"] = _first_line(["nvidia-smi", "--query-gpu=driver_version",
+                                   "--format=csv,noheader"])
+    if a.device == "npu":      # the files the driver and CANN installers write
+        v["driver"] = _first_line(None, "/usr/local/Ascend/driver/version.info")
+        v["CANN"] = _first_line(None, os.path.join(os.environ.get(
+            "ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest"), "version.cfg"))
     if a.device == "cpu":
         v["threads"] = a.threads or "OpenMP default (%d cpus)" % os.cpu_count()
     if a.impl == "upstream":
         v["upstream"] = a.upstream_path or "installed mamba_ssm"
     return v
+
+
+def _first_line(cmd, path=None):
+    """The first line mentioning a version of a command's output or a file; "unknown"."""
+    import subprocess
+    try:
+        text = open(path).read() if path else subprocess.run(
+            cmd, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    hit = [x for x in lines if "version" in x.lower()] if path else lines
+    return (hit or ["unknown"])[0]
 
 
 def _device_name(dev, a):

@@ -214,8 +214,9 @@ class Cuda(_Torch):
                 self.flush()
                 fn()
             self.sync()
-        return [(e.name, e.time_range.elapsed_us()) for e in p.events()
-                if e.device_type == DeviceType.CUDA]
+        ks = sorted((e for e in p.events() if e.device_type == DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+        return [(e.name, e.time_range.elapsed_us()) for e in ks]
 
 
 class Npu(_Torch):

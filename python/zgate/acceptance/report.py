@@ -44,8 +44,9 @@ def compare(run, base):
     for r, b in zip(run["cases"], base["cases"]):
         t, tb = _time(r), _time(b)
         ok = t is not None and tb is not None
+        bw = ok and r.get("frac_copy") and b.get("frac_copy")
         rows[r["case"]] = {"base_us": tb, "ratio": tb / t if ok else None,
-                           "bw_ratio": r["frac_copy"] / b["frac_copy"] if ok else None}
+                           "bw_ratio": r["frac_copy"] / b["frac_copy"] if bw else None}
     judged = [r["case"] for r in run["cases"] if not r["launch_bound"]]
     ratios = [rows[n]["ratio"] for n in judged]
     have = [x for x in ratios if x is not None]
@@ -56,7 +57,8 @@ def compare(run, base):
         s.update(geomean=math.exp(statistics.fmean(math.log(x) for x in have)),
                  median=statistics.median(have), min=min(have),
                  n_09=sum(x >= SPEED_BAR for x in have), n_10=sum(x >= 1.0 for x in have),
-                 bw_geomean=math.exp(statistics.fmean(math.log(x) for x in bw)))
+                 bw_geomean=math.exp(statistics.fmean(math.log(x) for x in bw)) if bw else
+                 float("nan"))
     return {"rows": rows, "summary": s}
 
 
@@ -185,9 +187,11 @@ def markdown(run, cmp, crits, lang="en"):
                                          _f(c["bw_ratio"], "%.3f"))
         L.append(line)
     bad = [r for r in run["cases"] if r.get("error")]
-    if bad or m.get("not_run"):
+    nocopy = [r for r in run["cases"] if r.get("copy_error")]
+    if bad or nocopy or m.get("not_run"):
         L += ["", "## " + t["notrun"], ""]
         L += ["- %s: %s" % (r["case"], r["error"].replace("\n", " ")[:300]) for r in bad]
+        L += ["- %s, copy: %s" % (r["case"], r["copy_error"][:300]) for r in nocopy]
         L += ["- " + x for x in m.get("not_run", [])]
     n = t["note"]
     L += ["", "## " + t["notes"], "",

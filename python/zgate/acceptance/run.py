@@ -133,11 +133,20 @@ def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps
         if row["kernel"]["median"] > 1.2 * row["wall"]["median"]:
             raise TimingError("kernel time %.1f us above the wall time %.1f us" % (
                 row["kernel"]["median"], row["wall"]["median"]))
-        row["copy"] = _stats(dev.kernel_us(dev.copy_call(row["bytes"]), warmup, repeats))
-        row["frac_copy"] = row["copy"]["median"] / row["kernel"]["median"]
     except Exception as e:     # reported per case; a case that did not run fails the run
         row["error"] = "%s: %s" % (type(e).__name__, e)
-    for m in row["outputs"]:   # JSON-friendly
+        return _plain(row)
+    try:                       # without it the row lacks its fraction of copy, nothing more
+        row["copy"] = _stats(dev.kernel_us(dev.copy_call(row["bytes"]), warmup, repeats))
+        row["frac_copy"] = row["copy"]["median"] / row["kernel"]["median"]
+    except Exception as e:
+        row["copy_error"] = "%s: %s" % (type(e).__name__, e)
+    return _plain(row)
+
+
+def _plain(row):
+    """The row with NumPy scalars made Python's (for JSON)."""
+    for m in row["outputs"]:
         for k, v in m.items():
             if isinstance(v, (np.generic,)):
                 m[k] = v.item()
