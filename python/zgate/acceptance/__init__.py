@@ -187,7 +187,14 @@ def _first_line(cmd, path=None):
 
 def _device_name(dev, a):
     if a.device == "cpu":
-        return platform.processor() or platform.machine()
+        name = None
+        try:
+            with open("/proc/cpuinfo") as f:
+                name = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")),
+                            None)
+        except OSError:
+            pass
+        return name or platform.processor() or platform.machine()
     return dev.mod.get_device_name(0)
 
 
