@@ -220,7 +220,17 @@ def _two_threads_speedup():
     return float(med[1] / med[2])
 
 
-def test_fewer_threads_than_the_baseline_fails(tmp_path):
+BIG = FAST + ["--filter", "2x2048x24x64", "--repeats", "9"]   # two cases above the line
+
+
+@pytest.fixture(scope="module")
+def big_baseline(tmp_path_factory):
+    b = tmp_path_factory.mktemp("base") / "b.json"
+    assert A.main(BIG + ["--threads", "2", "--save-baseline", str(b)]) == 0
+    return b
+
+
+def test_fewer_threads_than_the_baseline_fails(tmp_path, big_baseline):
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: fewer threads cannot be slower")
     def loaded(when, gain):
@@ -228,10 +238,8 @@ def test_fewer_threads_than_the_baseline_fails(tmp_path):
             pytest.skip("two threads were only %.2fx one thread %s the runs (a loaded "
                         "machine)" % (gain, when))
     loaded("before", _two_threads_speedup())
-    big = FAST + ["--filter", "2x2048x24x64", "--repeats", "15"]
-    b, j, md = tmp_path / "b.json", tmp_path / "r.json", tmp_path / "r.md"
-    assert A.main(big + ["--threads", "2", "--save-baseline", str(b)]) == 0
-    rc = A.main(big + ["--threads", "1", "--baseline", str(b), "--json", str(j),
+    j, md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = A.main(BIG + ["--threads", "1", "--baseline", str(big_baseline), "--json", str(j),
                        "--output", str(md), "--lang", "zh-CN"])
     loaded("after", _two_threads_speedup())
     assert rc == 1
@@ -254,3 +262,23 @@ def test_missing_backend_or_upstream_is_named(tmp_path, capsys):
                                       "holds neither"))
     with pytest.raises(ImportError, match="holds neither mamba3/mamba3_siso_bwd.py nor mamba_ssm"):
         U.load_upstream(str(tmp_path))
+
+
+def test_slower_candidate_fails_on_any_machine(tmp_path, big_baseline):
+    """The scalar kernels on one thread against the default ones on two: about 10x slower,
+    which no load on the machine hides (ZGATE_CPU_ISA is read once per process)."""
+    import subprocess
+    import sys
+    j = tmp_path / "r.json"
+    env = dict(os.environ, ZGATE_CPU_ISA="scalar")
+    p = subprocess.run([sys.executable, "-m", "zgate.acceptance"] + BIG + [
+        "--threads", "1", "--warmup", "0", "--repeats", "3", "--baseline", str(big_baseline),
+        "--json", str(j)],
+        env=env,
+        capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads(j.read_text())
+    assert res["comparison"]["summary"]["geomean"] < 0.5
+    assert dict((k, ok) for k, ok, _ in res["criteria"]) == {"ref": True, "speed": False,
+                                                             "ran": True}
+    assert "FAIL speed" in p.stdout
