@@ -273,9 +273,7 @@ def test_slower_candidate_fails_on_any_machine(tmp_path, big_baseline):
     env = dict(os.environ, ZGATE_CPU_ISA="scalar")
     p = subprocess.run([sys.executable, "-m", "zgate.acceptance"] + BIG + [
         "--threads", "1", "--warmup", "0", "--repeats", "3", "--baseline", str(big_baseline),
-        "--json", str(j)],
-        env=env,
-        capture_output=True, text=True, timeout=600)
+        "--json", str(j)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stdout + p.stderr
     res = json.loads(j.read_text())
     assert res["comparison"]["summary"]["geomean"] < 0.5
