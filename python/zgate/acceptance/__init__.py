@@ -1,0 +1,254 @@
+"""python -m zgate.acceptance: the request's verdict on one device, precision and speed.
+
+    python -m zgate.acceptance --device {npu,cuda,cpu} [--quick] [--threads N]
+        [--save-baseline FILE | --baseline FILE] [--save-golden FILE | --golden FILE]
+        [--impl zgate|triton|upstream] [--upstream-path DIR] [--op bwd|fwd] [--filter TEXT]
+        [--output report.md] [--json results.json] [--lang en|zh-CN]
+        [--warmup N] [--repeats N] [--flush-mb N] [--seed N]
+
+On the competitor's GPU: --device cuda --save-baseline a100.json --save-golden a100.npz.
+On the NPU: --device npu --baseline a100.json --golden a100.npz --output report.md.
+
+Cases: the self-check's list (python -m zgate.selfcheck) with one dtype per case (bfloat16,
+float32), dense and Z as a view into the input projection, backward and forward, on the same
+seeded inputs everywhere; --quick its small shapes plus the smallest real shape. Precision:
+the self-check's judgement against the float64 reference and, with --golden, its comparison
+with another device's outputs. Speed: the device kernel time from the framework's profiler
+(CUDA: torch.profiler; NPU: triton-ascend's do_bench_npu, else torch_npu.profiler's
+kernel_details.csv; CPU: the call's wall time), the event-timed wall time beside it, and a
+copy of the same bytes timed the same way. With --baseline: per case the time ratio and the
+bandwidth-normalized ratio, and the verdict: PASS when the geomean of the time ratios is at
+least 0.9 over the cases whose ideal transfer time at the measured copy bandwidth is 10 us or
+more (at least two such cases are needed).
+
+--impl: zgate (the C library on cpu and cuda, its Triton kernel on npu), triton (zgate's
+Triton kernel, the NPU's source, on cuda), upstream (mamba_ssm's dzdo kernel launched as its
+compute_dzdo does, on cuda or npu; backward only; from an installed mamba_ssm or from
+--upstream-path, a folder holding mamba3/ or mamba_ssm/).
+
+Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
+did not run; 2 bad arguments (refused before any work).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+from .. import oracle as O
+from .. import selfcheck as S
+from . import device as D
+from . import report as R
+from . import run as U
+
+
+class BadArgs(Exception):
+    pass
+
+
+def _parser():
+    ap = argparse.ArgumentParser(prog="python -m zgate.acceptance",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", required=True, choices=("npu", "cuda", "cpu"))
+    ap.add_argument("--impl", default="zgate", choices=("zgate", "triton", "upstream"))
+    ap.add_argument("--upstream-path", metavar="DIR")
+    ap.add_argument("--op", choices=("bwd", "fwd"), help="only this operator's cases")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--filter", help="only the cases whose name contains this text")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: OpenMP's default)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--save-baseline", metavar="FILE")
+    g.add_argument("--baseline", metavar="FILE")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--save-golden", metavar="FILE")
+    g.add_argument("--golden", metavar="FILE")
+    ap.add_argument("--output", metavar="FILE", help="the Markdown report")
+    ap.add_argument("--json", metavar="FILE", help="the results for machines")
+    ap.add_argument("--lang", default="en", choices=("en", "zh-CN"))
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--flush-mb", type=int, help="MB written between repeats (cpu 16, else 256)")
+    ap.add_argument("--seed", type=int, default=20261203)
+    return ap
+
+
+def _writable(path):
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d) or not os.access(d, os.W_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise BadArgs("cannot write %s" % path)
+
+
+def _check_args(a):
+    """Everything that can be refused before any work: (cases, baseline, golden, impl)."""
+    for n in ("warmup", "repeats", "threads", "flush_mb"):
+        v = getattr(a, n)
+        if v is not None and (v < 0 or (n == "repeats" and v < 1)):
+            raise BadArgs("--%s %d is out of range" % (n.replace("_", "-"), v))
+    if a.threads and a.device != "cpu":
+        raise BadArgs("--threads is for --device cpu")
+    allowed = {"cpu": ("zgate",), "cuda": ("zgate", "triton", "upstream"),
+               "npu": ("zgate", "upstream")}[a.device]
+    if a.impl not in allowed:
+        raise BadArgs("--impl %s does not run on --device %s (there: %s)" % (
+            a.impl, a.device, ", ".join(allowed)))
+    if a.upstream_path and a.impl != "upstream":
+        raise BadArgs("--upstream-path is for --impl upstream")
+    if a.impl == "upstream" and a.op != "bwd":
+        raise BadArgs("--impl upstream has only the backward kernel: add --op bwd (and the "
+                      "same --op to the runs compared with it)")
+    for p in (a.output, a.json, a.save_baseline, a.save_golden):
+        if p:
+            _writable(p)
+    cases = [c for c in U.case_list(a.quick, a.op) if not a.filter or a.filter in c.name]
+    if not cases:
+        raise BadArgs("no case matches --filter %r" % a.filter)
+    names = [c.name for c in cases]
+    base = gold = None
+    if a.baseline:
+        try:
+            with open(a.baseline) as f:
+                base = json.load(f)
+            R.check_compatible({"seed": a.seed}, names, base, a.baseline)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise BadArgs("baseline %s: %s" % (a.baseline, e)) from None
+    if a.golden:
+        try:
+            gold = np.load(a.golden)
+            seed = int(gold["__seed__"])
+        except (OSError, ValueError, KeyError) as e:
+            raise BadArgs("cannot read golden file %s: %s" % (a.golden, e)) from None
+        if seed != a.seed:
+            raise BadArgs("%s was made with seed %d, this run uses %d" % (a.golden, seed, a.seed))
+        missing = [c.name for c in cases if "%s|0" % c.name not in gold]
+        if missing:
+            raise BadArgs("%s has no outputs of %d cases of this run (%s)" % (
+                a.golden, len(missing), ", ".join(missing[:3])))
+    return cases, base, gold
+
+
+def _impl(a):
+    if a.impl == "upstream":
+        why = __import__("zgate.triton", fromlist=["available"]).available(a.device)
+        if why:
+            raise BadArgs("--impl upstream: " + why)
+        try:
+            return U.upstream_impl(U.load_upstream(a.upstream_path))
+        except ImportError as e:
+            raise BadArgs("--impl upstream: %s" % e) from None
+    if a.impl == "triton":
+        import zgate.triton as zt
+        why = zt.available(a.device)
+        if why:
+            raise BadArgs("--impl triton: " + why)
+        return U.zgate_impl(zt)
+    import zgate
+    return U.zgate_impl(zgate, a.threads)
+
+
+def _versions(dev, a):
+    import zgate
+    v = {"python": platform.python_version(), "numpy": np.__version__,
+         "zgate": zgate.__version__, "host": platform.platform()}
+    for mod in ("torch", "torch_npu", "triton", "mamba_ssm"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__version__", None):
+            v[mod] = str(m.__version__)
+    if a.device == "cuda":
+        v["cuda runtime"] = dev.torch.version.cuda
+        v["driver"] = _first_line(["nvidia-smi", "--query-gpu=driver_version",
+                                   "--format=csv,noheader"])
+    if a.device == "npu":      # the files the driver and CANN installers write
+        v["driver"] = _first_line(None, "/usr/local/Ascend/driver/version.info")
+        v["CANN"] = _first_line(None, os.path.join(os.environ.get(
+            "ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest"), "version.cfg"))
+    if a.device == "cpu":
+        v["threads"] = a.threads or "OpenMP default (%d cpus)" % os.cpu_count()
+    if a.impl == "upstream":
+        v["upstream"] = a.upstream_path or "installed mamba_ssm"
+    return v
+
+
+def _first_line(cmd, path=None):
+    """The first line mentioning a version of a command's output or a file; "unknown"."""
+    import subprocess
+    try:
+        text = open(path).read() if path else subprocess.run(
+            cmd, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    hit = [x for x in lines if "version" in x.lower()] if path else lines
+    return (hit or ["unknown"])[0]
+
+
+def _device_name(dev, a):
+    if a.device == "cpu":
+        name = None
+        try:
+            with open("/proc/cpuinfo") as f:
+                name = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")),
+                            None)
+        except OSError:
+            pass
+        return name or platform.processor() or platform.machine()
+    return dev.mod.get_device_name(0)
+
+
+def main(argv=None):
+    ap = _parser()
+    a = ap.parse_args(argv)
+    try:
+        cases, base, gold = _check_args(a)
+        try:
+            dev = D.open_device(a.device, a.flush_mb)
+        except RuntimeError as e:
+            raise BadArgs(str(e)) from None
+        prepare = _impl(a)
+    except BadArgs as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    triton_kernel = a.impl != "zgate" or a.device == "npu"
+    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else O.F32_ULPS
+    copy_gbps = dev.copy_gbps((1 << 30) if a.device != "cpu" else (64 << 20))
+    meta = {"device": a.device, "device_name": _device_name(dev, a), "impl": a.impl,
+            "seed": a.seed, "quick": a.quick, "op": a.op, "warmup": a.warmup,
+            "repeats": a.repeats, "flush_mb": dev.flush_bytes >> 20, "copy_gbps": copy_gbps,
+            "golden": a.golden, "baseline": a.baseline, "date":
+            datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "timer": {"cpu": "wall time", "cuda": "torch.profiler", "npu": "do_bench_npu" if
+                      getattr(dev, "do_bench_npu", None) else "torch_npu.profiler"}[a.device]}
+    if a.impl == "upstream":
+        meta["not_run"] = ["forward cases: upstream has no forward gate kernel"]
+    rows, saved = [], {"__seed__": np.array(a.seed)}
+    for case in cases:
+        row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,
+                        copy_gbps)
+        for j, g in enumerate(row.pop("outs") or ()):
+            saved["%s|%d" % (case.name, j)] = g.view(np.uint16) if g.dtype == O.BF16 else g
+        rows.append(row)
+        k = row.get("kernel")
+        print("%-44s %s" % (case.name, row["error"] or "%s %10.1f us%s" % (
+            "ok  " if row["precision_ok"] else "FAIL", k["median"],
+            "  launch-bound" if row["launch_bound"] else "")), flush=True)
+    meta["versions"] = _versions(dev, a)
+    res = {"meta": meta, "cases": rows}
+    cmp = R.compare(res, base) if base else None
+    crits = R.criteria(res, cmp, a.golden)
+    res["comparison"], res["criteria"] = cmp, [list(c) for c in crits]
+    text = R.markdown(res, cmp, crits, a.lang)
+    for path, data in ((a.output, text), (a.json, res), (a.save_baseline, res)):
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(data) if isinstance(data, str) else json.dump(data, f, indent=1)
+    if a.save_golden:
+        np.savez(a.save_golden, **saved)
+    ok = all(c[1] for c in crits)
+    print("\n".join("%s %s: %s" % ("PASS" if c[1] else "FAIL", c[0], c[2]) for c in crits))
+    if cmp and "geomean" in cmp["summary"]:
+        print("speed geomean %.3f over %d cases" % (cmp["summary"]["geomean"],
+                                                    cmp["summary"]["n"]))
+    return 0 if ok else 1

@@ -1,0 +1,200 @@
+"""Baseline comparison, the request's criteria and the report (Markdown, English or Chinese).
+
+A run is a dict {"meta": {...}, "cases": [row, ...]} (run.measure's rows), the same as the
+--json and --save-baseline files.
+"""
+import math
+import statistics
+
+SPEED_BAR = 0.9
+
+
+class Mismatch(ValueError):
+    pass
+
+
+def check_compatible(meta, names, base, what):
+    """Refuse a baseline made with another seed or case list; the message names the
+    difference. meta: this run's seed; names: its case names in order."""
+    if base["meta"]["seed"] != meta["seed"]:
+        raise Mismatch("%s was made with seed %s, this run uses %s" % (
+            what, base["meta"]["seed"], meta["seed"]))
+    theirs = [r["case"] for r in base["cases"]]
+    if theirs != names:
+        only_b = [n for n in theirs if n not in names]
+        only_r = [n for n in names if n not in theirs]
+        why = "; ".join(s for s in (
+            "only in %s: %s" % (what, ", ".join(only_b[:5]) + (" ..." if len(only_b) > 5 else ""))
+            if only_b else "",
+            "only in this run: %s" % (", ".join(only_r[:5]) + (" ..." if len(only_r) > 5 else ""))
+            if only_r else "") if s) or "the same cases in another order"
+        raise Mismatch("%s holds another case list (%s): make both with the same --quick, "
+                       "--op and --filter" % (what, why))
+
+
+def _time(r):
+    return None if r.get("error") or "kernel" not in r else r["kernel"]["median"]
+
+
+def compare(run, base):
+    """Per case the time ratio (baseline time / this run's) and the bandwidth-normalized
+    ratio (fraction of copy here / there); the summary over the cases above the
+    launch-bound line (this run's)."""
+    rows = {}
+    for r, b in zip(run["cases"], base["cases"]):
+        t, tb = _time(r), _time(b)
+        ok = t is not None and tb is not None
+        bw = ok and r.get("frac_copy") and b.get("frac_copy")
+        rows[r["case"]] = {"base_us": tb, "ratio": tb / t if ok else None,
+                           "bw_ratio": r["frac_copy"] / b["frac_copy"] if bw else None}
+    judged = [r["case"] for r in run["cases"] if not r["launch_bound"]]
+    ratios = [rows[n]["ratio"] for n in judged]
+    have = [x for x in ratios if x is not None]
+    s = {"n": len(judged), "n_missing": len(ratios) - len(have),
+         "n_launch_bound": len(run["cases"]) - len(judged)}
+    if have:
+        bw = [rows[n]["bw_ratio"] for n in judged if rows[n]["bw_ratio"] is not None]
+        s.update(geomean=math.exp(statistics.fmean(math.log(x) for x in have)),
+                 median=statistics.median(have), min=min(have),
+                 n_09=sum(x >= SPEED_BAR for x in have), n_10=sum(x >= 1.0 for x in have),
+                 bw_geomean=math.exp(statistics.fmean(math.log(x) for x in bw)) if bw else
+                 float("nan"))
+    return {"rows": rows, "summary": s}
+
+
+def criteria(run, cmp, golden):
+    """[(key, ok, figure)] for the criteria asked for: precision against the float64
+    reference, against the golden run (if given), speed (if a baseline was given), all ran."""
+    cs = run["cases"]
+    ran = [r for r in cs if not r.get("error")]
+    out = [("ref", all(m["request_ok"] and m["bound_ok"] for r in ran for m in r["outputs"]),
+            "%d/%d" % (sum(all(m["request_ok"] and m["bound_ok"] for m in r["outputs"])
+                           for r in ran), len(cs)))]
+    if golden:
+        n = sum(all(m.get("golden_ok") for m in r["outputs"]) for r in ran)
+        out.append(("golden", n == len(cs), "%d/%d" % (n, len(cs))))
+    if cmp:
+        s = cmp["summary"]
+        ok = s["n"] >= 2 and not s["n_missing"] and s.get("geomean", 0) >= SPEED_BAR
+        out.append(("speed", ok, "%.3f (n=%d)" % (s["geomean"], s["n"]) if "geomean" in s
+                    else "n=%d" % s["n"]))
+    out.append(("ran", len(ran) == len(cs), "%d/%d" % (len(ran), len(cs))))
+    return out
+
+
+T = {
+    "en": {
+        "title": "zgate acceptance run: %s on %s",
+        "env": "Environment", "crit": "The request's criteria", "cases": "Cases",
+        "notrun": "Not run", "notes": "How it was measured",
+        "ref": "precision against the float64 reference (float32 < 0.1% of the scale, "
+               "16-bit within 1 ulp; zgate's bound)",
+        "golden": "precision against the golden run %s (float32 < 0.1%%, 16-bit within 1 ulp)",
+        "speed": "speed: geomean of time ratios >= 0.9 over the cases above the launch-bound "
+                 "line (baseline %s)",
+        "ran": "every case ran",
+        "summary": "Time ratio (baseline / this run) over %d cases above the line: geomean "
+                   "%.3f, median %.3f, min %.3f; >= 0.9: %d, >= 1.0: %d; bandwidth-normalized "
+                   "geomean %.3f. %d launch-bound cases shown, not judged.",
+        "few": "fewer than 2 cases above the launch-bound line: speed not judged",
+        "hdr": "| case | MB | precision | kernel us (min-max) | wall us | copy us | % of copy "
+               "| ideal us |",
+        "hdr_b": " baseline us | ratio | bw ratio |",
+        "lb": "launch-bound", "ok": "ok", "fail": "FAIL",
+        "note": ["speed: device kernel time (%s), median of %d repeats after %d warm-up "
+                 "calls, %d MB written between repeats to flush the cache; wall: event-timed "
+                 "wall time of one call; copy: a copy of the same bytes timed the same way",
+                 "%% of copy = copy time / kernel time; ideal us = bytes / the device's copy "
+                 "bandwidth (%.1f GB/s, read plus written); cases with ideal < 10 us are "
+                 "launch-bound",
+                 "the acceptance list is the self-check's with one dtype per case (bfloat16, "
+                 "float32), dense and Z-view layouts; its mixed-dtype, in-place and permuted "
+                 "cases run in python -m zgate.selfcheck"],
+    },
+    "zh-CN": {
+        "title": "zgate 验收测试：%s，设备 %s",
+        "env": "环境", "crit": "需求的验收标准", "cases": "用例",
+        "notrun": "未运行", "notes": "测量方法",
+        "ref": "精度（对比 float64 参考）：float32 误差 < 逐元素尺度的 0.1%，16 位类型在 1 ulp 内；"
+               "zgate 自身误差界",
+        "golden": "精度（对比标杆结果 %s）：float32 < 0.1%%，16 位类型相差不超过 1 ulp",
+        "speed": "性能：在非启动受限的用例上，耗时比的几何平均 >= 0.9（基线 %s）",
+        "ran": "所有用例均已运行",
+        "summary": "耗时比（基线 / 本次）共 %d 个用例（在启动受限线以上）：几何平均 %.3f，"
+                   "中位数 %.3f，最小值 %.3f；>= 0.9：%d 个，>= 1.0：%d 个；按带宽归一化的"
+                   "几何平均 %.3f。另有 %d 个启动受限用例仅列出，不参与判定。",
+        "few": "启动受限线以上的用例少于 2 个：不判定性能",
+        "hdr": "| 用例 | MB | 精度 | 内核耗时 us（最小-最大） | 墙钟 us | 拷贝 us | 拷贝带宽占比 "
+               "| 理想 us |",
+        "hdr_b": " 基线 us | 耗时比 | 带宽归一化比 |",
+        "lb": "启动受限", "ok": "通过", "fail": "不通过",
+        "note": ["性能：设备内核耗时（%s），%d 次重复的中位数，预热 %d 次，每次重复前写入 %d MB "
+                 "以清空缓存；墙钟：事件计时的单次调用耗时；拷贝：相同字节数的拷贝，以相同方式计时",
+                 "拷贝带宽占比 = 拷贝耗时 / 内核耗时；理想 us = 字节数 / 设备拷贝带宽（%.1f GB/s，"
+                 "读写合计）；理想耗时 < 10 us 的用例为启动受限",
+                 "验收用例取自自检用例表中每个用例只有一种数据类型（bfloat16、float32）、"
+                 "稠密和 Z 视图布局的部分；混合类型、原地和转置用例由 python -m zgate.selfcheck "
+                 "检查"],
+    },
+}
+
+
+def _f(x, fmt="%.1f"):
+    return "-" if x is None else fmt % x
+
+
+def _precision(r, t):
+    """ok/FAIL, the worst error (float32: fraction of the scale; 16-bit: ulps) and the worst
+    distance to the golden run."""
+    if "precision_ok" not in r:
+        return "-"
+    w = max(m["rel_scale"] if m["dtype"] == "float32" else m["ulps"] for m in r["outputs"])
+    g = [m["golden_worst"] for m in r["outputs"] if "golden_worst" in m]
+    return "%s %.2g%s%s" % (t["ok"] if r["precision_ok"] else t["fail"], w,
+                            "" if r["dtype"] == "float32" else " ulp",
+                            " / %.2g" % max(g) if g else "")
+
+
+def markdown(run, cmp, crits, lang="en"):
+    t, m = T[lang], run["meta"]
+    ok = lambda b: "**PASS**" if b else "**FAIL**"     # noqa: E731
+    L = ["# " + t["title"] % (m["impl"], m["device_name"]), "", "## " + t["env"], ""]
+    L += ["- %s: %s" % kv for kv in sorted(m["versions"].items())]
+    L += ["- seed %s, %s, %d cases" % (m["seed"], "--quick" if m["quick"] else "full list",
+                                        len(run["cases"])), "", "## " + t["crit"], ""]
+    for key, good, fig in crits:
+        arg = {"golden": m.get("golden"), "speed": m.get("baseline")}.get(key)
+        L.append("- %s %s: %s" % (ok(good), t[key] % arg if arg else t[key], fig))
+    if cmp:
+        s = cmp["summary"]
+        L += ["", t["summary"] % (s["n"], s["geomean"], s["median"], s["min"], s["n_09"],
+                                  s["n_10"], s["bw_geomean"], s["n_launch_bound"])
+              if "geomean" in s and s["n"] >= 2 else t["few"]]
+    L += ["", "## " + t["cases"], "", t["hdr"] + (t["hdr_b"] if cmp else ""),
+          "|---" * (8 + (3 if cmp else 0)) + "|"]
+    for r in run["cases"]:
+        k = r.get("kernel") or {}
+        name = r["case"] + (" (%s)" % t["lb"] if r["launch_bound"] else "")
+        prec = _precision(r, t)
+        line = "| %s | %.2f | %s | %s (%s-%s) | %s | %s | %s | %.1f |" % (
+            name, r["bytes"] / 1e6, prec, _f(k.get("median")), _f(k.get("min")),
+            _f(k.get("max")), _f((r.get("wall") or {}).get("median")),
+            _f((r.get("copy") or {}).get("median")),
+            _f(r.get("frac_copy") and 100 * r["frac_copy"], "%.1f%%"), r["ideal_us"])
+        if cmp:
+            c = cmp["rows"][r["case"]]
+            line += " %s | %s | %s |" % (_f(c["base_us"]), _f(c["ratio"], "%.3f"),
+                                         _f(c["bw_ratio"], "%.3f"))
+        L.append(line)
+    bad = [r for r in run["cases"] if r.get("error")]
+    nocopy = [r for r in run["cases"] if r.get("copy_error")]
+    if bad or nocopy or m.get("not_run"):
+        L += ["", "## " + t["notrun"], ""]
+        L += ["- %s: %s" % (r["case"], r["error"].replace("\n", " ")[:300]) for r in bad]
+        L += ["- %s, copy: %s" % (r["case"], r["copy_error"][:300]) for r in nocopy]
+        L += ["- " + x for x in m.get("not_run", [])]
+    n = t["note"]
+    L += ["", "## " + t["notes"], "",
+          "- " + n[0] % (m["timer"], m["repeats"], m["warmup"], m["flush_mb"]),
+          "- " + n[1] % m["copy_gbps"], "- " + n[2]]
+    return "\n".join(L) + "\n"

@@ -1,0 +1,282 @@
+"""python -m zgate.acceptance: the comparison and the report on recorded runs, the NPU-only
+timing parts on written files, and the CPU device end to end."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ml_dtypes")
+from zgate import acceptance as A  # noqa: E402
+from zgate.acceptance import device as D  # noqa: E402
+from zgate.acceptance import report as R  # noqa: E402
+
+
+# --- recorded runs ----------------------------------------------------------------------------
+
+def recorded(times, copy_us=None, bound=(), seed=7, names=None):
+    names = names or ["case %d" % i for i in range(len(times))]
+    rows = []
+    for i, (n, t) in enumerate(zip(names, times)):
+        c = (copy_us or [t / 2] * len(times))[i]
+        rows.append({"case": n, "dtype": "bfloat16", "bytes": 10 ** 8, "error": None,
+                     "launch_bound": i in bound, "ideal_us": 5.0 if i in bound else 50.0,
+                     "precision_ok": True, "frac_copy": c / t,
+                     "outputs": [{"request_ok": True, "bound_ok": True, "rel_scale": 0.0,
+                                  "ulps": 0.5, "dtype": "bfloat16"}],
+                     "kernel": {"median": t, "min": t, "max": t, "n": 1},
+                     "wall": {"median": t}, "copy": {"median": c}})
+    meta = {"seed": seed, "impl": "zgate", "device_name": "test", "versions": {"zgate": "x"},
+            "quick": True, "timer": "recorded", "repeats": 1, "warmup": 0, "flush_mb": 1,
+            "copy_gbps": 100.0, "baseline": "base.json", "golden": None}
+    return {"meta": meta, "cases": rows}
+
+
+def verdict(run, base):
+    cmp = R.compare(run, base)
+    crits = R.criteria(run, cmp, None)
+    return cmp, dict((k, ok) for k, ok, _ in crits), crits
+
+
+def test_pass_on_recorded_runs():
+    base = recorded([100.0, 200.0, 10.0])
+    run = recorded([95.0, 230.0, 50.0], copy_us=[40.0, 100.0, 5.0], bound=(2,))
+    cmp, ok, crits = verdict(run, base)
+    s = cmp["summary"]
+    assert s["n"] == 2 and s["n_launch_bound"] == 1     # the slow launch-bound case left out
+    assert s["geomean"] == pytest.approx(((100 / 95) * (200 / 230)) ** 0.5)
+    assert (s["min"], s["n_09"], s["n_10"]) == (pytest.approx(200 / 230), 1, 1)
+    assert cmp["rows"]["case 0"]["bw_ratio"] == pytest.approx((40 / 95) / 0.5)
+    assert ok["speed"] and ok["ref"] and ok["ran"]
+    for lang in ("en", "zh-CN"):
+        text = R.markdown(run, cmp, crits, lang)
+        assert "**FAIL**" not in text and text.count("**PASS**") == 3
+        assert "0.957" in text                          # the geomean, printed
+    assert "launch-bound" in R.markdown(run, cmp, crits) and "启动受限" in R.markdown(
+        run, cmp, crits, "zh-CN")
+
+
+def test_fail_on_recorded_runs():
+    base = recorded([100.0, 100.0, 100.0])
+    cmp, ok, crits = verdict(recorded([100.0, 125.0, 130.0]), base)
+    assert cmp["summary"]["geomean"] < 0.9 and not ok["speed"]
+    assert "**FAIL**" in R.markdown(recorded([100.0, 125.0, 130.0]), cmp, crits)
+    # too few cases above the line: no verdict, so no PASS
+    assert not verdict(recorded([50.0, 50.0], bound=(1,)), recorded([100.0, 100.0]))[1]["speed"]
+    # a baseline case without a time: not judged as a pass
+    b = recorded([100.0, 100.0, 100.0])
+    b["cases"][1]["error"] = "did not run"
+    assert not verdict(recorded([90.0, 90.0, 90.0]), b)[1]["speed"]
+    # a case that did not run here fails the run
+    r = recorded([90.0, 90.0])
+    r["cases"][0]["error"] = "TimingError: no kernel"
+    assert not verdict(r, recorded([90.0, 90.0]))[1]["ran"]
+
+
+def test_mismatch_is_refused_by_name():
+    base = recorded([1.0, 1.0], names=["bwd a", "bwd b"])
+    R.check_compatible({"seed": 7}, ["bwd a", "bwd b"], base, "base.json")
+    with pytest.raises(R.Mismatch, match="seed 7, this run uses 8"):
+        R.check_compatible({"seed": 8}, ["bwd a", "bwd b"], base, "base.json")
+    with pytest.raises(R.Mismatch, match="only in base.json: bwd b; only in this run: fwd c"):
+        R.check_compatible({"seed": 7}, ["bwd a", "fwd c"], base, "base.json")
+    with pytest.raises(R.Mismatch, match="another order"):
+        R.check_compatible({"seed": 7}, ["bwd b", "bwd a"], base, "base.json")
+
+
+# --- the NPU's timing parts -------------------------------------------------------------------
+
+def write_csv(path, header, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join(str(x) for x in r) + "\n")
+    return str(path)
+
+
+NEW = ["Step Id", "Device_id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State",
+       "Accelerator Core", "Start Time(us)", "Duration(us)", "Wait Time(us)", "Block Num",
+       "Mix Block Num", "HF32 Eligible", "Input Shapes"]
+OLD = [c.replace("Block Num", "Block Dim") for c in NEW]
+
+
+def csv_rows(names_us):
+    return [[1, 0, 4294967295, i, 2, n, "KERNEL_AIVEC", "N/A", "AI_VECTOR_CORE", 1000 + 10 * i,
+             us, 0.5, 40, 0, "NO", '"1,2"'] for i, (n, us) in enumerate(names_us)]
+
+
+@pytest.mark.parametrize("header", [NEW, OLD], ids=["Block Num", "Block Dim"])
+def test_kernel_details_both_spellings(tmp_path, header):
+    seq = [("ZerosLike", 80.0), ("zgate_bwd_kernel", 12.5)] * 3
+    p = write_csv(tmp_path / "kernel_details.csv", header, csv_rows(seq))
+    rows = D.read_kernel_details(p)
+    assert rows[1] == ("zgate_bwd_kernel", 12.5, 40)
+    assert D.per_call([(n, us) for n, us, _ in rows], {"ZerosLike"}, 3) == [12.5] * 3
+
+
+def test_kernel_details_columns_in_another_order_and_several_kernels(tmp_path):
+    header = ["Extra", "Duration(us)", "Name", "Block Dim", "More"]
+    seq = [("ZerosLike", 9.0), ("k1", 2.0), ("k2", 3.0), ("ZerosLike", 9.0), ("k1", 2.5),
+           ("k2", 3.5)]
+    p = write_csv(tmp_path / "k.csv", header, [["x", us, n, 8, "y"] for n, us in seq])
+    rows = [(n, us) for n, us, _ in D.read_kernel_details(p)]
+    assert D.per_call(rows, {"ZerosLike"}, 2) == [5.0, 6.0]
+    with pytest.raises(D.TimingError, match="3 kernels for 2 calls"):
+        D.per_call(rows[:-1], {"ZerosLike"}, 2)
+
+
+def test_missing_kernel_is_an_error_never_zero(tmp_path):
+    p = write_csv(tmp_path / "k.csv", NEW, csv_rows([("ZerosLike", 80.0)] * 2))
+    rows = [(n, us) for n, us, _ in D.read_kernel_details(p)]
+    with pytest.raises(D.TimingError, match="no kernel"):
+        D.per_call(rows, {"ZerosLike"}, 2)
+    with pytest.raises(D.TimingError, match="without a duration"):
+        D.per_call([("k", 0.0)], set(), 1)
+    p = write_csv(tmp_path / "bad.csv", ["Name", "Start Time(us)"], [["k", 1.0]])
+    with pytest.raises(D.TimingError, match="no column Duration"):
+        D.read_kernel_details(p)
+    p = write_csv(tmp_path / "nan.csv", ["Name", "Duration(us)"], [["k", "N/A"]])
+    with pytest.raises(D.TimingError, match="not a number"):
+        D.read_kernel_details(p)
+
+
+def test_do_bench_npu_adaptor():
+    seen = {}
+
+    def modern(funcs, warmup=5, active=30, clear_l2_cache=False, prof_dir=None,
+               keep_res=False, target_kernel_name=None):
+        seen.update(n=len(funcs), warmup=warmup, active=active, clear=clear_l2_cache,
+                    prof_dir=prof_dir)
+        return 0.0125                                  # milliseconds
+
+    assert D.bench_npu(modern, lambda: None, 3, 7, "/d") == [pytest.approx(12.5)]
+    assert seen == {"n": 1, "warmup": 3, "active": 7, "clear": True, "prof_dir": "/d"}
+    assert D.bench_npu(lambda funcs, **k: [0.002], None, 1, 1, "/d") is None  # no clear_l2_cache
+
+    def zero(funcs, warmup=5, active=30, clear_l2_cache=False, prof_dir=None):
+        return [0.0]
+    with pytest.raises(D.TimingError):
+        D.bench_npu(zero, lambda: None, 1, 1, "/d")
+
+
+# --- the CPU device end to end ----------------------------------------------------------------
+
+FAST = ["--device", "cpu", "--quick", "--warmup", "1", "--repeats", "5", "--flush-mb", "4"]
+SMALL = FAST + ["--filter", "1x37x3x64"]
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "r.md"
+    with pytest.raises(SystemExit) as e:
+        A.main(["--device", "tpu"])
+    assert e.value.code == 2
+    assert A.main(SMALL + ["--baseline", str(tmp_path / "none.json"), "--output", str(out)]) == 2
+    assert A.main(SMALL + ["--output", str(tmp_path / "no" / "r.md")]) == 2
+    assert A.main(SMALL + ["--golden", str(tmp_path / "none.npz")]) == 2
+    assert A.main(["--device", "cpu", "--impl", "upstream", "--op", "bwd"]) == 2
+    assert A.main(SMALL + ["--repeats", "0"]) == 2
+    assert A.main(SMALL + ["--filter", "no such case"]) == 2
+    other = recorded([1.0], seed=20261203, names=["bwd 9x9x9x9 bfloat16 dense"])
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    assert A.main(SMALL + ["--baseline", str(tmp_path / "b.json"), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "only in this run: bwd 1x37x3x64 float32 dense" in err
+    assert "--impl upstream does not run on --device cpu" in err
+    assert not out.exists()
+
+
+def test_golden_off_by_one_percent_fails(tmp_path):
+    g, j = tmp_path / "g.npz", tmp_path / "r.json"
+    assert A.main(SMALL + ["--save-golden", str(g), "--json", str(j)]) == 0
+    first = json.loads(j.read_text())
+    assert [c[:2] for c in first["criteria"]] == [["ref", True], ["ran", True]]
+    assert A.main(SMALL + ["--golden", str(g)]) == 0         # the same outputs again
+    gold = dict(np.load(g))
+    key = "bwd 1x37x3x64 float32 zview|0"
+    gold[key] = (gold[key].astype(np.float64) * 1.01).astype(np.float32)
+    np.savez(tmp_path / "off.npz", **gold)
+    out = tmp_path / "r.md"
+    assert A.main(SMALL + ["--golden", str(tmp_path / "off.npz"), "--json", str(j),
+                           "--output", str(out)]) == 1
+    res = json.loads(j.read_text())
+    bad = [r["case"] for r in res["cases"] if not r["precision_ok"]]
+    assert bad == ["bwd 1x37x3x64 float32 zview"]
+    assert dict((k, ok) for k, ok, _ in res["criteria"]) == {"ref": True, "golden": False,
+                                                             "ran": True}
+    assert "**FAIL** precision against the golden run" in out.read_text()
+
+
+def _two_threads_speedup():
+    """How much faster two threads are than one on this machine right now, timed as the run
+    times them (the device's wall time, cache flushed)."""
+    import zgate
+    from zgate import selfcheck as S
+    from zgate.acceptance import run as U
+    dev = D.Cpu(4)
+    case = next(c for c in U.case_list(True) if c.shape == (2, 2048, 24, 64))
+    ins = S.inputs(case, 1)
+    med = {n: np.median(dev.wall_us(U.zgate_impl(zgate, n)(dev, case, ins)[0], 1, 9))
+           for n in (1, 2)}
+    return float(med[1] / med[2])
+
+
+BIG = FAST + ["--filter", "2x2048x24x64", "--repeats", "9"]   # two cases above the line
+
+
+@pytest.fixture(scope="module")
+def big_baseline(tmp_path_factory):
+    b = tmp_path_factory.mktemp("base") / "b.json"
+    assert A.main(BIG + ["--threads", "2", "--save-baseline", str(b)]) == 0
+    return b
+
+
+def test_fewer_threads_than_the_baseline_fails(tmp_path, big_baseline):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: fewer threads cannot be slower")
+    def loaded(when, gain):
+        if gain < 1.6:     # other work on the cores: the comparison would measure that
+            pytest.skip("two threads were only %.2fx one thread %s the runs (a loaded "
+                        "machine)" % (gain, when))
+    loaded("before", _two_threads_speedup())
+    j, md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = A.main(BIG + ["--threads", "1", "--baseline", str(big_baseline), "--json", str(j),
+                       "--output", str(md), "--lang", "zh-CN"])
+    loaded("after", _two_threads_speedup())
+    assert rc == 1
+    res = json.loads(j.read_text())
+    s = res["comparison"]["summary"]
+    assert s["n"] == 2 and s["geomean"] < 0.9
+    assert dict((k, ok) for k, ok, _ in res["criteria"]) == {"ref": True, "speed": False,
+                                                             "ran": True}
+    assert "**FAIL** 性能" in md.read_text(encoding="utf-8")
+
+
+def test_missing_backend_or_upstream_is_named(tmp_path, capsys):
+    from zgate.acceptance import run as U
+    up = ["--device", "cuda", "--impl", "upstream", "--quick", "--upstream-path", str(tmp_path)]
+    assert A.main(up + ["--op", "bwd"]) == 2         # no GPU, no Triton or no upstream here
+    assert A.main(up) == 2                           # upstream without --op bwd
+    err = capsys.readouterr().err
+    assert "only the backward kernel: add --op bwd" in err
+    assert any(why in err for why in ("needs PyTorch", "no CUDA device", "Triton",
+                                      "holds neither"))
+    with pytest.raises(ImportError, match="holds neither mamba3/mamba3_siso_bwd.py nor mamba_ssm"):
+        U.load_upstream(str(tmp_path))
+
+
+def test_slower_candidate_fails_on_any_machine(tmp_path, big_baseline):
+    """The scalar kernels on one thread against the default ones on two: about 10x slower,
+    which no load on the machine hides (ZGATE_CPU_ISA is read once per process)."""
+    import subprocess
+    import sys
+    j = tmp_path / "r.json"
+    env = dict(os.environ, ZGATE_CPU_ISA="scalar")
+    p = subprocess.run([sys.executable, "-m", "zgate.acceptance"] + BIG + [
+        "--threads", "1", "--warmup", "0", "--repeats", "3", "--baseline", str(big_baseline),
+        "--json", str(j)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads(j.read_text())
+    assert res["comparison"]["summary"]["geomean"] < 0.5
+    assert dict((k, ok) for k, ok, _ in res["criteria"]) == {"ref": True, "speed": False,
+                                                             "ran": True}
+    assert "FAIL speed" in p.stdout
