@@ -14,17 +14,15 @@ one eager PyTorch op (torch.neg: one output, one launch), the host's floor for a
 Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
 torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
 NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed) of the same shape; and the
-original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names the folder holding
-mamba3_siso_bwd.py (imported under a temporary mamba_ssm package; nothing of it is kept).
+original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names a folder holding
+mamba3/ (a copy of mamba_ssm/ops/triton/mamba3) or a mamba checkout.
 NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
 has none either: its rows are float16 then.
 """
 import argparse
-import importlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 
@@ -35,18 +33,6 @@ def _formula(dout, z, o):
     df = dout.float()
     dz = df * o.float() * s * (1 + zf * (1 - s))
     return dz.to(dout.dtype), (df * s * zf).to(dout.dtype)
-
-
-def _original(path):
-    root = tempfile.mkdtemp(prefix="zgate_orig_")
-    parts = ["mamba_ssm", "ops", "triton"]
-    for i in range(len(parts)):
-        d = os.path.join(root, *parts[:i + 1])
-        os.makedirs(d, exist_ok=True)
-        open(os.path.join(d, "__init__.py"), "w").close()
-    os.symlink(os.path.abspath(path), os.path.join(root, *parts, "mamba3"))
-    sys.path.insert(0, root)
-    return importlib.import_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd").compute_dzdo
 
 
 def time_rows(rows, sync, calls, repeats):
@@ -120,6 +106,7 @@ def main(argv=None):
     import torch
     import zgate
     import zgate.torch as zt
+    from zgate._mamba import import_upstream_dzdo
 
     shape = tuple(int(v) for v in a.shape.split(","))
     dtype = getattr(torch, a.dtype)
@@ -145,7 +132,7 @@ def main(argv=None):
     rows += _other_framework_rows(dev, shape, a.dtype, host)
     if a.orig and dev.type == "cuda":
         try:
-            orig = _original(a.orig)
+            orig = import_upstream_dzdo(a.orig).compute_dzdo
             rows.append(("original Triton compute_dzdo", lambda: orig(dout, z, o)))
         except Exception as e:  # report, do not fail the other rows
             print("original: not importable from %s: %s" % (a.orig, e), file=sys.stderr)

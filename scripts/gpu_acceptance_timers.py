@@ -15,6 +15,7 @@ import triton.testing
 from zgate import selfcheck as S
 from zgate.acceptance import device as D
 from zgate.acceptance import run as U
+from zgate._mamba import import_upstream_dzdo
 
 
 def main():
@@ -28,7 +29,7 @@ def main():
     import zgate.triton
     impls = [("zgate", U.zgate_impl(zgate)), ("triton", U.zgate_impl(zgate.triton))]
     if a.upstream_path:
-        impls.append(("upstream", U.upstream_impl(U.load_upstream(a.upstream_path))))
+        impls.append(("upstream", U.upstream_impl(import_upstream_dzdo(a.upstream_path))))
     real = {c.shape for c in S.cases(False)} - {c.shape for c in S.cases(True)}
     cases = [c for c in U.case_list(False, "bwd") if c.shape in real and
              c.dtypes[0] == "bfloat16" and c.layout == "zview"]

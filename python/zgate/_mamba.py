@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import sys
+import tempfile
 import threading
 import warnings
 
@@ -201,6 +202,31 @@ def import_mamba_module(name=DEFINING_MODULE, skip_package_init=False):
             why = "%s's own modules do not match: reinstall %s" % (root, _MIN_VERSION)
         raise ImportError("zgate: importing %s failed (%s): %s" % (name, e, why),
                           name=e.name) from e
+
+
+def import_upstream_dzdo(path=None):
+    """Upstream's module defining compute_dzdo and its Triton kernel, for comparisons.
+
+    path: a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3, imported under a
+    bare mamba_ssm.ops.triton package made in a temporary folder), or a checkout holding
+    mamba_ssm/ (imported without its __init__.py); None: an installed mamba_ssm."""
+    if path and os.path.isfile(os.path.join(path, "mamba3", "mamba3_siso_bwd.py")):
+        if DEFINING_MODULE not in sys.modules:
+            root = tempfile.mkdtemp(prefix="zgate_upstream_")
+            pkg = os.path.join(root, *DEFINING_MODULE.split(".")[:-2])
+            os.makedirs(pkg)
+            for d in range(3):
+                open(os.path.join(root, *DEFINING_MODULE.split(".")[:d + 1], "__init__.py"),
+                     "w").close()
+            os.symlink(os.path.abspath(os.path.join(path, "mamba3")), os.path.join(pkg, "mamba3"))
+            sys.path.insert(0, root)
+        return importlib.import_module(DEFINING_MODULE)
+    if path:
+        if not os.path.isdir(os.path.join(path, "mamba_ssm")):
+            raise ImportError("zgate: %s holds neither mamba3/mamba3_siso_bwd.py nor mamba_ssm/"
+                              % path)
+        sys.path.insert(0, os.path.abspath(path))
+    return import_mamba_module(DEFINING_MODULE, skip_package_init=True)
 
 
 def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement):

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("ml_dtypes")
 from zgate import acceptance as A  # noqa: E402
+from zgate._mamba import import_upstream_dzdo  # noqa: E402
 from zgate.acceptance import device as D  # noqa: E402
 from zgate.acceptance import report as R  # noqa: E402
 
@@ -252,7 +253,6 @@ def test_fewer_threads_than_the_baseline_fails(tmp_path, big_baseline):
 
 
 def test_missing_backend_or_upstream_is_named(tmp_path, capsys):
-    from zgate.acceptance import run as U
     up = ["--device", "cuda", "--impl", "upstream", "--quick", "--upstream-path", str(tmp_path)]
     assert A.main(up + ["--op", "bwd"]) == 2         # no GPU, no Triton or no upstream here
     assert A.main(up) == 2                           # upstream without --op bwd
@@ -261,7 +261,7 @@ def test_missing_backend_or_upstream_is_named(tmp_path, capsys):
     assert any(why in err for why in ("needs PyTorch", "no CUDA device", "Triton",
                                       "holds neither"))
     with pytest.raises(ImportError, match="holds neither mamba3/mamba3_siso_bwd.py nor mamba_ssm"):
-        U.load_upstream(str(tmp_path))
+        import_upstream_dzdo(str(tmp_path))
 
 
 def test_slower_candidate_fails_on_any_machine(tmp_path, big_baseline):

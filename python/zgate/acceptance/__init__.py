@@ -39,6 +39,7 @@ import sys
 import numpy as np
 
 from .. import oracle as O
+from .._mamba import import_upstream_dzdo
 from .. import selfcheck as S
 from . import device as D
 from . import report as R
@@ -136,7 +137,7 @@ def _impl(a):
         if why:
             raise BadArgs("--impl upstream: " + why)
         try:
-            return U.upstream_impl(U.load_upstream(a.upstream_path))
+            return U.upstream_impl(import_upstream_dzdo(a.upstream_path))
         except ImportError as e:
             raise BadArgs("--impl upstream: %s" % e) from None
     if a.impl == "triton":

@@ -1,8 +1,6 @@
 """The cases, the implementations and the measurement of one case."""
 import math
-import os
 import statistics
-import sys
 
 import numpy as np
 
@@ -11,7 +9,6 @@ from .. import selfcheck as S
 from .device import TimingError
 
 LAUNCH_BOUND_US = 10.0      # cases whose ideal transfer time is below this are launch-bound
-UPSTREAM_MODULE = "mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd"
 
 
 def _kept(c):
@@ -50,22 +47,6 @@ def zgate_impl(module, threads=0):
             return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
         return lambda: module.fwd(*ins, out=outs[0], **kw), outs
     return prepare
-
-
-def load_upstream(path=None):
-    """Upstream's mamba3_siso_bwd module: from `path` (a folder holding mamba3/, imported
-    under a temporary mamba_ssm package, or a checkout holding mamba_ssm/), else from an
-    installed mamba_ssm. ImportError says what is missing."""
-    from .._mamba import import_mamba_module
-    if path:
-        if os.path.isfile(os.path.join(path, "mamba3", "mamba3_siso_bwd.py")):
-            from .._overhead import _original
-            _original(os.path.join(path, "mamba3"))
-            return sys.modules[UPSTREAM_MODULE]
-        if not os.path.isdir(os.path.join(path, "mamba_ssm")):
-            raise ImportError("%s holds neither mamba3/mamba3_siso_bwd.py nor mamba_ssm/" % path)
-        sys.path.insert(0, os.path.abspath(path))
-    return import_mamba_module(UPSTREAM_MODULE, skip_package_init=True)
 
 
 def upstream_impl(mod):
