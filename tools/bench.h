@@ -1,5 +1,5 @@
-/* Pieces of `zgate bench`: the outputs (JSON, gnuplot chart). The CPU ceiling's loops are
- * bench/stream_ceiling.c, shared with zgate_cpu_bench. */
+/* Pieces of `zgate bench`: the outputs (JSON, gnuplot chart). The CPU ceiling is
+ * stream_ceiling.c. */
 #ifndef ZGATE_CLI_BENCH_H
 #define ZGATE_CLI_BENCH_H
 

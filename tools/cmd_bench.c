@@ -2,7 +2,7 @@
  * the median time of the operator, the GB/s it moves (bytes read plus written), and the
  * percentage of a ceiling measured in the same run on the same number of bytes (CPU: the
  * fastest of several streaming loops with the operator's reads and writes, 3 + 2 for the
- * backward and 2 + 1 for the forward, on the same threads (bench/stream_ceiling.c); CUDA: a
+ * backward and 2 + 1 for the forward, on the same threads (stream_ceiling.c); CUDA: a
  * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
 #include <stdint.h>
 #include <stdlib.h>
