@@ -18,7 +18,7 @@
 
 #define FZ_MAX_T 5
 #define FZ_MAX_BUF 4
-#define FZ_MAX_NDIM 8
+#define FZ_MAX_NDIM 9 /* the largest ndim decoded (fz_decode.c: k_ndims) */
 /* Largest buffer the harness allocates. Every tensor that the library may accept lies
  * inside one of these; anything bigger is only handed out together with a defect that
  * the contract says must be refused. */
