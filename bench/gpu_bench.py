@@ -4,6 +4,8 @@ of the same formula, and upstream's Triton kernel (mamba3_siso_bwd_kernel_dzdo) 
 
   python3 bench/gpu_bench.py [--orig PATH] [--json out.json] [--png out.png] [--quick]
 
+Shapes: the REAL set of the shared case list (check/cases.def), Mamba-3 model sizes.
+
 zgate is called through the package (zgate.bwd with given outputs: PYTHONPATH=python and
 ZGATE_LIBRARY=build/.../libzgate.so for a build tree). Per shape, dtype and Z layout (dense,
 or a view into the input projection: strides (L*P, P, D, 1), P = 2*H*D + 480): the median
@@ -22,6 +24,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -32,8 +35,10 @@ import triton.testing
 
 import zgate
 
-SHAPES = [(2, 2048, 24, 64), (16, 2345, 32, 64), (8, 2048, 32, 64), (4, 4096, 64, 64),
-          (1, 32768, 64, 64), (2, 8192, 32, 128), (2, 2048, 40, 80), (4, 4096, 48, 96)]
+# The shared case list's model-size shapes (check/cases.def, set REAL).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "check", "cases.def")) as _f:
+    SHAPES = [tuple(int(v) for v in m) for m in re.findall(
+        r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), REAL\)", _f.read(), re.M)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("zgate", "eager", "compile", "orig")
 
