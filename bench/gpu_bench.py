@@ -30,6 +30,7 @@ import tempfile
 import time
 
 import torch
+import torch._dynamo
 import triton
 import triton.testing
 
@@ -91,7 +92,7 @@ def implementations(names, orig, dout, z, o, slack):
         if name == "zgate":
             fns[name] = (lambda dz=dz, dos=dos: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos), (dz, dos))
         elif name in ("eager", "compile"):
-            f = formula if name == "eager" else torch.compile(formula)
+            f = formula if name == "eager" else torch.compile(formula, dynamic=False)
             res = [None, None]
 
             def call(f=f, res=res):
@@ -167,6 +168,11 @@ def main():
     ap.add_argument("--png")
     a = ap.parse_args()
     t0 = time.time()
+    # one compiled graph per row (shape, dtype, strides): above Dynamo's default limit of 8
+    # recompiles the "compile" column would silently time eager code
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 1024)
     orig = load_original(a.orig) if a.orig else None
     names = [n for n in a.impls.split(",") if n != "orig" or orig is not None]
     copy = copy_gbps(a)
