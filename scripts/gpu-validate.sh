@@ -12,9 +12,11 @@
 #   bench     bench/gpu_bench.py: zgate against copy bandwidth, PyTorch eager, torch.compile
 #             and upstream's Triton kernel where third_party_ref/mamba3 (or ZGATE_ORIG_MAMBA3)
 #             exists; JSON and PNG chart in $OUT
-# e.g. STAGES="build cuda bench" scripts/gpu-validate.sh. Logs in $OUT (build/gpu-out
-# elsewhere), one per stage; the tails and the stage table last.
+# e.g. STAGES="build cuda bench" scripts/gpu-validate.sh. RUN_BUDGET (seconds for the whole
+# call, e.g. a remote command's limit) makes the benchmark start no row late enough to overrun
+# it. Logs in $OUT (build/gpu-out elsewhere), one per stage; the tails and the stage table last.
 set -uo pipefail
+START=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 BUILD=build/gpu-validate
@@ -38,7 +40,9 @@ stage python 300 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
 stage hostcost 60 '$BUILD/tests/cuda/cuda_host_cost 1000 9'
 stage overhead 120 'python3 -m zgate._overhead --device cuda --orig $ORIG --breakdown'
 stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
-stage bench 420 'python3 bench/gpu_bench.py --deadline 360 --json $OUT/gpu-bench.json --png $OUT/gpu-bench.png $([ -d "$ORIG" ] && echo --orig $ORIG)'
+BENCH_S=$(( ${RUN_BUDGET:-100000} - ($(date +%s) - START) - 60 )); [ $BENCH_S -gt 360 ] && BENCH_S=360; [ $BENCH_S -lt 30 ] && BENCH_S=30
+export BENCH_S
+stage bench $((BENCH_S + 50)) 'python3 bench/gpu_bench.py --deadline $BENCH_S --json $OUT/gpu-bench.json --png $OUT/gpu-bench.png $([ -d "$ORIG" ] && echo --orig $ORIG)'
 
 for f in cpu cuda sanitize check python hostcost overhead dist bench; do
   [ -f "$OUT/$f.log" ] || continue
