@@ -250,20 +250,21 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
   if (from->max_rel_err > into->max_rel_err) into->max_rel_err = from->max_rel_err;
 }
 
-/* A readable view of one tensor: element (b,l,h,d) is at base + sum(idx*stride)*size. */
+/* A readable view of one tensor: element idx is at base + sum(idx*stride)*size. */
 typedef struct {
   const char *base;
   DLDataType dtype;
   int64_t size;
-  int64_t strides[4];
+  int64_t strides[ZGATE_CHECK_MAX_NDIM];
 } view;
 
-static int make_view(const DLTensor *t, const int64_t *shape, view *v) {
-  if (!t || t->ndim != 4 || !t->shape) return -1;
+/* t as a view with shape (ndim, shape), or -1 when it is unusable as zgate_check.h says. */
+static int make_view(const DLTensor *t, int ndim, const int64_t *shape, view *v) {
+  if (!t || t->ndim != ndim || (ndim > 0 && !t->shape)) return -1;
   if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) return -1;
   if (type_of(t->dtype) == T_BAD) return -1;
   int64_t numel = 1;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < ndim; i++) {
     if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
     numel *= shape[i];
   }
@@ -272,7 +273,7 @@ static int make_view(const DLTensor *t, const int64_t *shape, view *v) {
   v->dtype = t->dtype;
   v->size = zgate_check_dtype_size(t->dtype);
   int64_t run = 1;
-  for (int i = 3; i >= 0; i--) {
+  for (int i = ndim - 1; i >= 0; i--) {
     v->strides[i] = t->strides ? t->strides[i] : run;
     if (v->strides[i] < 0) return -1;
     run *= shape[i];
@@ -280,66 +281,66 @@ static int make_view(const DLTensor *t, const int64_t *shape, view *v) {
   return 0;
 }
 
-static double view_load(const view *v, const int64_t *idx) {
+static double view_load(const view *v, int ndim, const int64_t *idx) {
   int64_t off = 0;
-  for (int i = 0; i < 4; i++) off += idx[i] * v->strides[i];
+  for (int i = 0; i < ndim; i++) off += idx[i] * v->strides[i];
   return zgate_check_load(v->dtype, v->base + off * v->size);
 }
 
 int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTensor *ref,
                        const DLTensor *dout, const DLTensor *z, const DLTensor *o,
                        zgate_check_stats *st) {
-  if (!got || !got->shape || got->ndim != 4 || !st) return -1;
+  if (!got || got->ndim < 0 || got->ndim > ZGATE_CHECK_MAX_NDIM || (got->ndim > 0 && !got->shape) || !st) return -1;
+  const int nd = got->ndim;
   const int64_t *shape = got->shape;
   view vg, vr, vd = {0}, vz, vo;
-  if (make_view(got, shape, &vg) || make_view(ref, shape, &vr) || make_view(z, shape, &vz) ||
-      make_view(o, shape, &vo))
+  if (make_view(got, nd, shape, &vg) || make_view(ref, nd, shape, &vr) || make_view(z, nd, shape, &vz) ||
+      make_view(o, nd, shape, &vo))
     return -1;
-  if (q != ZGATE_CHECK_OUT && make_view(dout, shape, &vd)) return -1;
+  if (q != ZGATE_CHECK_OUT && make_view(dout, nd, shape, &vd)) return -1;
 
   zgate_check_stats s;
   zgate_check_stats_init(&s);
-  int64_t idx[4], linear = 0;
-  for (idx[0] = 0; idx[0] < shape[0]; idx[0]++)
-    for (idx[1] = 0; idx[1] < shape[1]; idx[1]++)
-      for (idx[2] = 0; idx[2] < shape[2]; idx[2]++)
-        for (idx[3] = 0; idx[3] < shape[3]; idx[3]++, linear++) {
-          double g = view_load(&vg, idx), r = view_load(&vr, idx);
-          double dv = q == ZGATE_CHECK_OUT ? 1.0 : view_load(&vd, idx);
-          double eu, ratio;
-          zgate_check_verdict verdict =
-              zgate_check_element(q, got->dtype, g, r, dv, view_load(&vz, idx), view_load(&vo, idx), &eu, &ratio);
-          s.count++;
-          if (isfinite(g) && isfinite(r)) {
-            if (eu > s.max_err_units) s.max_err_units = eu;
-            if (ratio > s.max_bound_ratio || s.worst_index < 0) {
-              s.max_bound_ratio = ratio;
-              s.worst_index = linear;
-            }
-            if (r != 0) {
-              double rel = fabs(g - r) / fabs(r);
-              if (rel > s.max_rel_err) s.max_rel_err = rel;
-            }
-          }
-          if (verdict == ZGATE_CHECK_PASS) continue;
-          s.failures++;
-          if (verdict == ZGATE_CHECK_FAIL_NAN) s.nan_mismatches++;
-          if (verdict == ZGATE_CHECK_FAIL_INF) s.inf_mismatches++;
-          if (s.first_fail < 0) {
-            s.first_fail = linear;
-            s.first_got = g;
-            s.first_ref = r;
-          }
-        }
+  int64_t numel = 1, idx[ZGATE_CHECK_MAX_NDIM] = {0};
+  for (int i = 0; i < nd; i++) numel *= shape[i];
+  for (int64_t linear = 0; linear < numel; linear++) {
+    double g = view_load(&vg, nd, idx), r = view_load(&vr, nd, idx);
+    double dv = q == ZGATE_CHECK_OUT ? 1.0 : view_load(&vd, nd, idx);
+    double eu, ratio;
+    zgate_check_verdict verdict = zgate_check_element(q, got->dtype, g, r, dv, view_load(&vz, nd, idx),
+                                                      view_load(&vo, nd, idx), &eu, &ratio);
+    for (int i = nd - 1; i >= 0 && ++idx[i] == shape[i]; i--) idx[i] = 0; /* row-major order */
+    s.count++;
+    if (isfinite(g) && isfinite(r)) {
+      if (eu > s.max_err_units) s.max_err_units = eu;
+      if (ratio > s.max_bound_ratio || s.worst_index < 0) {
+        s.max_bound_ratio = ratio;
+        s.worst_index = linear;
+      }
+      if (r != 0) {
+        double rel = fabs(g - r) / fabs(r);
+        if (rel > s.max_rel_err) s.max_rel_err = rel;
+      }
+    }
+    if (verdict == ZGATE_CHECK_PASS) continue;
+    s.failures++;
+    if (verdict == ZGATE_CHECK_FAIL_NAN) s.nan_mismatches++;
+    if (verdict == ZGATE_CHECK_FAIL_INF) s.inf_mismatches++;
+    if (s.first_fail < 0) {
+      s.first_fail = linear;
+      s.first_got = g;
+      s.first_ref = r;
+    }
+  }
   zgate_check_stats_merge(st, &s);
   return 0;
 }
 
-/* A compact float64 tensor of `shape` over fresh memory (NULL data when empty). */
+/* A compact float64 tensor shaped like `like` over fresh memory (NULL data when empty). */
 static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
-  if (!like || like->ndim != 4 || !like->shape) return -1;
+  if (!like || like->ndim < 0 || like->ndim > ZGATE_CHECK_MAX_NDIM || (like->ndim > 0 && !like->shape)) return -1;
   int64_t n = 1;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < like->ndim; i++) {
     if (like->shape[i] < 0) return -1;
     if (like->shape[i] && n > INT64_MAX / 8 / like->shape[i]) return -1;
     n *= like->shape[i];
@@ -350,7 +351,7 @@ static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
   t->data = *mem;
   t->device = like->device; /* host memory either way; the reference wants one device */
   if (t->device.device_type != kDLCUDAHost) t->device.device_type = kDLCPU;
-  t->ndim = 4;
+  t->ndim = like->ndim;
   t->dtype.code = kDLFloat;
   t->dtype.bits = 64;
   t->dtype.lanes = 1;

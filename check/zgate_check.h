@@ -49,6 +49,15 @@
 
 #include <dlpack/dlpack.h>
 
+#include "zgate.h"
+
+/* The highest rank compared: the API's. */
+#ifdef ZGATE_MAX_NDIM
+#define ZGATE_CHECK_MAX_NDIM ZGATE_MAX_NDIM
+#else
+#define ZGATE_CHECK_MAX_NDIM 8
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -74,7 +83,7 @@ typedef struct zgate_check_stats {
   int64_t failures;       /* elements that failed, NaN and inf mismatches included */
   int64_t nan_mismatches; /* NaN in got xor NaN in the reference */
   int64_t inf_mismatches; /* see the policy above */
-  int64_t first_fail;     /* row-major index (((b*L+l)*H+h)*D+d) of the first failure, -1 if none */
+  int64_t first_fail;     /* row-major index (e.g. ((b*L+l)*H+h)*D+d) of the first failure, -1 if none */
   double first_got, first_ref; /* the values at first_fail */
   double max_err_units;   /* largest |got-ref| in the units above (finite pairs only) */
   double max_bound_ratio; /* largest |got-ref| / allowed (finite pairs only); <= 1 passes */
@@ -99,8 +108,8 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
 /*
  * Compare every element of `got` against `ref` (normally float64), with the inputs it was
  * computed from (`dout` is NULL for ZGATE_CHECK_OUT). All tensors: host memory (kDLCPU or
- * kDLCUDAHost), ndim 4, equal shapes, dtype float32/float16/bfloat16/float64, lanes 1,
- * strides NULL or non-negative.
+ * kDLCUDAHost), one shape of any rank 0..ZGATE_CHECK_MAX_NDIM (8; rank 0 is one element, shape
+ * may be NULL), dtype float32/float16/bfloat16/float64, lanes 1, strides NULL or non-negative.
  * Adds into *st (so several calls can accumulate). Returns 0, or -1 when the tensors are
  * unusable as described (then *st is unchanged).
  * For an in-place run (dout_scaled is dout) pass a copy of dout as it was before the call.

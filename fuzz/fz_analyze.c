@@ -92,7 +92,7 @@ static void classify_static(fz_case *c) {
     const fz_tensor *t = &c->t[ti];
     const fz_info *in = &c->info[ti];
     if (!t->present) { mark(c, "NULL tensor pointer"); continue; }
-    if (t->dl.ndim != 4) { mark(c, "ndim != 4"); continue; }
+    if (t->dl.ndim != 4) { mark(c, "ndim outside the API's ranks"); continue; } /* fz_decode.c */
     if (!t->dl.shape) { mark(c, "shape NULL"); continue; }
     if (!in->shape_ok) mark(c, "negative size");
     if (in->dt == FZ_DT_OTHER || (in->dt == FZ_DT_F64 && !ref)) mark(c, "dtype/lanes not accepted");
@@ -200,7 +200,7 @@ static void inject(fz_case *c) {
       return;
     default: break;
   }
-  t->dl.ndim = 3;
+  t->dl.ndim = -1; /* outside every rank the API takes */
 }
 
 /* Buffer sizes: every tensor that could be accepted ends inside its buffer. */
@@ -317,7 +317,7 @@ void fz_analyze(fz_case *c) {
   if (!c->definite && c->info[0].numel > 0 && !fits(c, size)) {
     /* the injected defect did not apply: fall back to one that always does */
     c->t[0].present = 1;
-    c->t[0].dl.ndim = 3;
+    c->t[0].dl.ndim = -1;
     for (int ti = 0; ti < c->n_t; ti++) info_of(c, ti);
     classify_static(c);
     plan_buffers(c, size);

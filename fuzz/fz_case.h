@@ -6,7 +6,7 @@
  *   header   FZ_HDR_BYTES   op, number of buffers, the shared shape, options, injection
  *   tensors  FZ_REC_BYTES each, 5 records for bwd ops and 3 for fwd ops, in API order
  *   tail     1 slack byte per buffer, 8 bytes of value seed, 4 bytes of status probe
- * gen_corpus.c writes inputs in this layout; keep the two in step.
+ * The seed corpus (fuzz/corpus/) is in this layout.
  */
 #ifndef ZGATE_FZ_CASE_H
 #define ZGATE_FZ_CASE_H
@@ -18,7 +18,7 @@
 
 #define FZ_MAX_T 5
 #define FZ_MAX_BUF 4
-#define FZ_MAX_NDIM 8
+#define FZ_MAX_NDIM 9 /* the largest ndim decoded (fz_decode.c: k_ndims) */
 /* Largest buffer the harness allocates. Every tensor that the library may accept lies
  * inside one of these; anything bigger is only handed out together with a defect that
  * the contract says must be refused. */

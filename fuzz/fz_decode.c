@@ -36,7 +36,15 @@ static const uint64_t k_offsets[16] = {
     (uint64_t)1 << 63, UINT64_MAX, UINT64_MAX - 3, (uint64_t)1 << 40, 4096,
     ((uint64_t)1 << 63) + 4, UINT64_MAX - 0xffffffffu, 8};
 
+/* Ranks other than 4, each one the API refuses: every rank but 4 where the API takes rank 4
+ * only, and outside 0..ZGATE_MAX_NDIM where it takes any rank up to that (valid ranks other
+ * than 4 are checked by tests/test_validation.c; this harness models rank 4). */
+#ifdef ZGATE_MAX_NDIM
+_Static_assert(ZGATE_MAX_NDIM + 1 <= FZ_MAX_NDIM, "FZ_MAX_NDIM holds one rank past the API's");
+static const int32_t k_ndims[8] = {-1, ZGATE_MAX_NDIM + 1, INT32_MIN, ZGATE_MAX_NDIM + 1, -2, -1, INT32_MIN, -1};
+#else
 static const int32_t k_ndims[8] = {0, 1, 2, 3, 5, 8, -1, INT32_MIN};
+#endif
 
 static const struct { int type, id; } k_devices[16] = {
     {kDLCPU, 1}, {kDLCUDA, 0}, {kDLCUDA, 1}, {kDLCUDAHost, 0}, {kDLOpenCL, 0}, {kDLExtDev, 0},
@@ -188,7 +196,7 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
     int d = b[FZ_R_SHAPE] & 3;
     shape[d] = fz_size(b[FZ_R_SHAPEV], d);
   }
-  int n = ndim > 0 ? ndim : 0;
+  int n = ndim > 0 ? ndim : 0; /* at most FZ_MAX_NDIM: k_ndims */
   t->dl.shape = b[FZ_R_SHAPE] == 255 ? NULL : heap_copy(shape, n);
 
   int kind = b[FZ_R_STRIDES] % 8;

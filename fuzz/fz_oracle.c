@@ -1,16 +1,16 @@
 /* Values in the buffers, output poison, and the checks after a successful call.
  *
  * Poison is a signalling NaN of the output's dtype: arithmetic never produces one (it
- * quiets NaNs), so an output element still holding it was not written. The value check is
- * deliberately loose (64 ulp of the elementwise scale, 2 ulp of a half type): the accuracy
- * tests own the exact bounds; this one catches elements written from the wrong inputs or
- * to the wrong place, which no bound forgives. */
+ * quiets NaNs), so an output element still holding it was not written. Every written
+ * element is judged by the accuracy policy of check/zgate_check.h against the float64
+ * formula on the values the call read, special values included. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fz_case.h"
+#include "zgate_check.h"
 
 uint64_t fz_poison_bits(fz_dt dt) {
   switch (dt) {
@@ -27,27 +27,10 @@ int fz_is_poison(const unsigned char *p, fz_dt dt) {
   return v == want;
 }
 
-static double half_to_double(uint16_t h) {
-  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 0) v = ldexp(m, -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = ldexp(m + 1024, e - 25);
-  return sign ? -v : v;
-}
+static const DLDataType dl_types[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},
+                                       {kDLFloat, 64, 1}};
 
-double fz_load(const unsigned char *p, fz_dt dt) {
-  uint16_t h;
-  uint32_t u;
-  float f;
-  double d;
-  switch (dt) {
-    case FZ_DT_F32: memcpy(&f, p, 4); return f;
-    case FZ_DT_F16: memcpy(&h, p, 2); return half_to_double(h);
-    case FZ_DT_BF16: memcpy(&h, p, 2); u = (uint32_t)h << 16; memcpy(&f, &u, 4); return f;
-    default: memcpy(&d, p, 8); return d;
-  }
-}
+double fz_load(const unsigned char *p, fz_dt dt) { return zgate_check_load(dl_types[dt], p); }
 
 static uint64_t next(uint64_t *s) {
   *s ^= *s << 13;
@@ -92,67 +75,6 @@ void fz_fill_and_poison(fz_case *c) {
   }
 }
 
-static double ulp_at(double x, int mant_bits, int min_exp) {
-  x = fabs(x);
-  int e;
-  if (!(x < INFINITY)) return INFINITY;
-  frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
-  if (x == 0 || e - 1 < min_exp) e = min_exp + 1;
-  return ldexp(1.0, e - 1 - mant_bits);
-}
-static double ulp32(double x) { return ulp_at(x, 23, -126); }
-static double ulp_type(double x, fz_dt dt) {
-  switch (dt) {
-    case FZ_DT_F16: return ulp_at(x, 10, -14);
-    case FZ_DT_BF16: return ulp_at(x, 7, -126);
-    case FZ_DT_F64: return ulp_at(x, 52, -1022);
-    default: return ulp32(x);
-  }
-}
-
-static int tame(double x) { return fabs(x) <= 64; } /* false for inf and NaN */
-
-typedef struct fz_elem_ref {
-  double val, scale;
-  int nan_in; /* an input this output depends on is NaN */
-  int tame;
-} fz_elem_ref;
-
-static void reference(double dout, double z, double o, int which, fz_elem_ref *r) {
-  double e = exp(-fabs(z)), q = 1.0 / (1.0 + e);
-  double s = z >= 0 ? q : e * q, oms = z >= 0 ? e * q : q;
-  switch (which) {
-    case 0: /* dz */
-      r->val = dout * o * (s * (1.0 + z * oms));
-      r->scale = fabs(dout * o) * s * (1.0 + fabs(z) * oms);
-      r->nan_in = isnan(dout) || isnan(z) || isnan(o);
-      r->tame = tame(dout) && tame(z) && tame(o);
-      break;
-    case 1: /* dout_scaled */
-      r->val = dout * z * s;
-      r->scale = fabs(dout * z) * s;
-      r->nan_in = isnan(dout) || isnan(z);
-      r->tame = tame(dout) && tame(z);
-      break;
-    default: /* fwd out */
-      r->val = o * z * s;
-      r->scale = fabs(o * z) * s;
-      r->nan_in = isnan(o) || isnan(z);
-      r->tame = tame(o) && tame(z);
-      break;
-  }
-}
-
-static const char *check_elem(const fz_elem_ref *r, double got, fz_dt dt) {
-  if (r->nan_in && !isnan(got)) return "a NaN input gave a non-NaN output";
-  if (!r->tame) return NULL;
-  double tol = 64 * ulp32(r->scale) + 64 * 0x1p-149;
-  if (dt == FZ_DT_F16 || dt == FZ_DT_BF16) tol += 2 * ulp_type(r->val, dt);
-  if (dt == FZ_DT_F64) tol = 64 * ulp_type(r->scale, dt) + 0x1p-1000;
-  if (!(fabs(got - r->val) <= tol)) return "an output element is far from the float64 formula";
-  return NULL;
-}
-
 const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
   const char *bad = NULL;
   const int bwd = c->n_t == 5;
@@ -180,17 +102,17 @@ const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_
               const char *why = NULL;
               if (!(out == 4 && c->inplace_sem) && fz_is_poison(p, fi->dt))
                 why = "an output element was not written (still poisoned)";
-              fz_elem_ref r;
-              reference(dout, z, o, bwd ? out - 3 : 2, &r);
-              double got = fz_load(p, fi->dt);
-              if (!why) why = check_elem(&r, got, fi->dt);
+              zgate_check_quantity q = !bwd ? ZGATE_CHECK_OUT : out == 3 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS;
+              double got = fz_load(p, fi->dt), ref = zgate_check_formula(q, dout, z, o);
+              if (!why && zgate_check_element(q, dl_types[fi->dt], got, ref, dout, z, o, NULL, NULL))
+                why = "an output element is outside zgate_check's bound of the float64 formula";
               if (why && !bad) {
                 bad = why;
                 fprintf(stderr,
-                        "element (%lld,%lld,%lld,%lld) of t%d: got %.17g, float64 formula %.17g "
-                        "(scale %.3g), inputs dout %.9g z %.9g o %.9g\n",
+                        "element (%lld,%lld,%lld,%lld) of t%d: got %.17g, float64 formula %.17g, "
+                        "inputs dout %.9g z %.9g o %.9g\n",
                         (long long)idx[0], (long long)idx[1], (long long)idx[2],
-                        (long long)idx[3], out, got, r.val, r.scale, dout, z, o);
+                        (long long)idx[3], out, got, ref, dout, z, o);
               }
             }
           }

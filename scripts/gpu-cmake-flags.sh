@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu-run.sh and scripts/gpu-validate.sh: the CMake flags of a CUDA build
+# Sourced by scripts/gpu-validate.sh and scripts/gpu-mamba.sh: the CMake flags of a CUDA build
 # on the GPU machine, in CFG. Where that machine lacks libdlpack-dev / libcmocka-dev, the
 # headers and library copied into build/gpu-deps (git-ignored, carried with the call) are
 # used instead; ninja when present. Extra flags: gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF ...

@@ -1,34 +1,52 @@
 #!/usr/bin/env bash
-# One device-machine call that checks everything besides the CUDA kernel benchmark
-# (scripts/gpu-run.sh does that): build the whole tree with CUDA, the CPU tests on the
-# host's AVX-512 (when it has it), `zgate check` on the GPU, the Python tests with PyTorch,
-# CuPy and JAX on the GPU, the host time of one zgate_bwd in C taken apart (hostcost.log:
-# tests/cuda/cuda_host_cost.cu), the Python call overhead (the implementations' table, then
-# the hot path's host time in parts: overhead.log), and tests/multi_gpu/dist_check.py under
-# torchrun with one process per GPU. Logs in $OUT (build/gpu-out elsewhere); table last.
+# The one-call validation on a GPU machine. Stages (STAGES picks a subset, in this order):
+#   build     the whole tree with CUDA (tests and the `zgate` command)
+#   cpu       the CPU tests on the host's widest paths (AVX-512 where it has it)
+#   cuda      the CUDA C test (ctest -L cuda: the case list, streams, devices, > 2^31 elements)
+#   sanitize  compute-sanitizer memcheck, racecheck and initcheck on the CUDA test's subset
+#   check     `zgate check` on the GPU (the shared case list, Markdown report)
+#   python    the Python tests with PyTorch, CuPy and JAX on the GPU
+#   hostcost  the host time of one zgate_bwd in C taken apart (tests/cuda/cuda_host_cost.cu)
+#   overhead  the Python call overhead (python -m zgate._overhead)
+#   dist      tests/multi_gpu/dist_check.py under torchrun, one process per GPU
+#   bench     bench/gpu_bench.py: zgate against copy bandwidth, PyTorch eager, torch.compile
+#             and upstream's Triton kernel where third_party_ref/mamba3 (or ZGATE_ORIG_MAMBA3)
+#             exists; JSON and PNG chart in $OUT
+# e.g. STAGES="build cuda bench" scripts/gpu-validate.sh. RUN_BUDGET (seconds for the whole
+# call, e.g. a remote command's limit) makes the benchmark start no row late enough to overrun
+# it. Logs in $OUT (build/gpu-out elsewhere), one per stage; the tails and the stage table last.
 set -uo pipefail
+START=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 BUILD=build/gpu-validate
-STAGES=${STAGES:-"build cpu check python hostcost overhead dist"}
+STAGES=${STAGES:-"build cpu cuda sanitize check python hostcost overhead dist bench"}
+ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
-export BUILD CFG OUT NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
+export BUILD CFG OUT ORIG NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 
-stage build 170 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+stage build 170 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1
+  cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
 stage cpu 80 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
   $BUILD/tools/zgate info; ctest --test-dir $BUILD -j 8 --output-on-failure -L "avx512|simd|c"'
+stage cuda 240 'ctest --test-dir $BUILD -V -L cuda'
+stage sanitize 90 'rc=0; for t in memcheck racecheck initcheck; do echo "--- $t";
+  compute-sanitizer --tool $t --error-exitcode 99 $BUILD/tests/cuda/test_cuda_gate --small | tail -4 || rc=1; done; exit $rc'
 stage check 50 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
 stage python 300 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
 stage hostcost 60 '$BUILD/tests/cuda/cuda_host_cost 1000 9'
-stage overhead 120 'python3 -m zgate._overhead --device cuda --orig third_party_ref/mamba3 --breakdown'
+stage overhead 120 'python3 -m zgate._overhead --device cuda --orig $ORIG --breakdown'
 stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
+BENCH_S=$(( ${RUN_BUDGET:-100000} - ($(date +%s) - START) - 60 )); [ $BENCH_S -gt 360 ] && BENCH_S=360; [ $BENCH_S -lt 30 ] && BENCH_S=30
+export BENCH_S
+stage bench $((BENCH_S + 50)) 'python3 bench/gpu_bench.py --deadline $BENCH_S --json $OUT/gpu-bench.json --png $OUT/gpu-bench.png $([ -d "$ORIG" ] && echo --orig $ORIG)'
 
-for f in cpu check python hostcost overhead dist; do
+for f in cpu cuda sanitize check python hostcost overhead dist bench; do
   [ -f "$OUT/$f.log" ] || continue
-  n=12; [ "$f" = overhead ] && n=60; [ "$f" = hostcost ] && n=14   # their whole tables
-  echo "--- $f (tail)"; tail -n $n "$OUT/$f.log" | cut -c1-220
+  n=12; [ "$f" = overhead ] && n=60; [ "$f" = hostcost ] && n=14; [ "$f" = bench ] && n=40
+  echo "--- $f (tail)"; grep -v "^$" "$OUT/$f.log" | tail -n $n | cut -c1-220
 done
 stage_summary

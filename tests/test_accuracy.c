@@ -1,5 +1,7 @@
 /* Accuracy of zgate_bwd / zgate_fwd on one CPU path (ZGATE_CPU_ISA, set per ctest entry)
- * against the float64 reference, over dtype combinations x shapes x memory layouts.
+ * against the float64 reference, over the shared case list (check/cases.def: shapes x dtype
+ * combinations) x memory layouts (the list's four and the CPU loop's own: byte offsets,
+ * padding, broadcast inputs, output orders).
  *
  * Every case: fresh random inputs; outputs and all padding poisoned (NaN bytes); guard bytes
  * before and after every tensor; the float64 reference computed first; one run on 1 thread
@@ -14,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "zgate_cases.h"
 #include "zt.h"
 
 enum {
@@ -267,48 +270,41 @@ done_refs:
   return problems;
 }
 
-/* Dtype combinations: all five (three) tensors in one dtype; every inputs-dtype x
- * outputs-dtype pair (so each position sees each dtype); a few fully random ones. */
+/* The shared case list's dtype combinations (check/cases.def), then (full runs) a few random
+ * ones. The forward takes o, z and out from a combination's o, z and dz. */
 static int dtype_combos(int fwd, int reduced, DLDataType out[16][5]) {
-  int n = 0, nt = fwd ? 3 : 5, n_in = fwd ? 2 : 3;
-  for (int a = 0; a < 3; a++)
-    for (int b = 0; b < 3; b++) {
-      if (reduced && a != b) continue;
-      for (int i = 0; i < nt; i++) out[n][i] = zt_dtypes[i < n_in ? a : b];
-      n++;
-    }
-  int nrand = reduced ? 1 : 3;
-  for (int k = 0; k < nrand; k++, n++)
+  int n = 0, nt = fwd ? 3 : 5;
+  for (; n < ZGATE_CASES_N(zgate_case_dtype_sets); n++) {
+    const DLDataType *d = zgate_case_dtype_sets[n].dt;
+    if (fwd) out[n][0] = d[2], out[n][1] = d[1], out[n][2] = d[3];
+    else memcpy(out[n], d, sizeof out[n]);
+  }
+  for (int k = 0; k < (reduced ? 0 : 3); k++, n++)
     for (int i = 0; i < nt; i++) out[n][i] = zt_dtypes[zt_next(&g_run.rng) % 3];
   return n;
 }
 
-static const int64_t shapes_full[][4] = {
-    {2, 3, 4, 1},  {1, 5, 2, 3},  {2, 7, 3, 17}, {1, 9, 4, 64}, {1, 6, 5, 80}, {2, 3, 2, 96},
-    {1, 4, 3, 128}, {1, 2, 3, 7}, {1, 2, 3, 15}, {2, 2, 2, 31}, {1, 3, 2, 33}, {1, 1, 1, 517},
-    {3, 1, 1, 1},  {1, 1, 1, 1},  {1, 2345, 2, 64}, {0, 3, 4, 8}, {2, 0, 4, 8}, {2, 3, 0, 8},
-    {2, 3, 4, 0},  {0, 0, 0, 0}};
-static const int64_t shapes_quick[][4] = {
-    {2, 3, 4, 1}, {1, 5, 2, 3}, {2, 7, 3, 17}, {1, 2, 3, 80}, {1, 3, 2, 33}, {1, 1, 1, 517},
-    {1, 2345, 1, 3}, {0, 3, 4, 8}, {2, 0, 4, 8}, {2, 3, 0, 8}, {2, 3, 4, 0}};
-
+/* The shared case list's shapes: QUICK in quick runs, QUICK and FULL otherwise; every
+ * layout for each, the uniform-dtype combinations only for those above 20000 elements
+ * (cases.def lists them first). */
 static void matrix(int fwd) {
-  int quick = zt_quick();
-  const int64_t(*shapes)[4] = quick ? shapes_quick : shapes_full;
-  int nshapes = quick ? (int)(sizeof shapes_quick / sizeof shapes_quick[0])
-                      : (int)(sizeof shapes_full / sizeof shapes_full[0]);
+  const int sets = ZGATE_CASES_QUICK | (zt_quick() ? 0 : ZGATE_CASES_FULL);
   int64_t before = g_run.failed;
   int64_t ncases = 0;
-  for (int s = 0; s < nshapes; s++) {
-    int big = zt_numel(shapes[s]) > 20000;
+  for (int s = 0; s < ZGATE_CASES_N(zgate_case_shapes); s++) {
+    if (!(zgate_case_shapes[s].set & sets)) continue;
+    const int64_t *shape = zgate_case_shapes[s].shape;
+    int big = zt_numel(shape) > 20000;
     for (int l = 0; l < L_COUNT; l++) {
       if (fwd && (l == L_INPLACE || l == L_ZPROJ_INPLACE)) continue;
       DLDataType combos[16][5];
-      int nc = dtype_combos(fwd, quick || big, combos);
-      for (int k = 0; k < nc; k++) {
+      int nc = dtype_combos(fwd, zt_quick() || big, combos);
+      /* quick: the three uniform combinations and one other, in turn over shapes and layouts */
+      for (int j = 0; j < (big ? 3 : zt_quick() ? 4 : nc); j++) {
+        int k = zt_quick() && j == 3 ? 3 + (s + l) % (nc - 3) : j;
         acc_case c = {0};
         c.fwd = fwd;
-        memcpy(c.shape, shapes[s], sizeof c.shape);
+        memcpy(c.shape, shape, sizeof c.shape);
         c.layout = l;
         memcpy(c.dt, combos[k], sizeof c.dt);
         run_case(&c);

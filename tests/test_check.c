@@ -215,7 +215,42 @@ static void test_tensor_compare(void **state) {
   char line[256];
   zgate_check_stats_format(&st, line, sizeof line);
   assert_non_null(strstr(line, "fail=1"));
-  /* Refused: wrong ndim, GPU memory, a missing dout for dz. */
+  /* Any rank: the same tensors as rank 8 (size-1 dims appended, strides of any value there)
+   * give the same verdicts and row-major indices; rank 0 is one element. */
+  {
+    DLTensor *t4[5] = {&got.t, &ref.t, &d.t, &z.t, &o.t};
+    DLTensor t8[5];
+    int64_t shape8[8] = {2, 3, 2, 5, 1, 1, 1, 1}, strides8[5][8];
+    for (int k = 0; k < 5; k++) {
+      t8[k] = *t4[k];
+      t8[k].ndim = 8;
+      t8[k].shape = shape8;
+      int64_t run = 1;
+      for (int i = 3; i >= 0; i--) {
+        strides8[k][i] = t4[k]->strides ? t4[k]->strides[i] : run;
+        run *= shape[i];
+      }
+      for (int i = 4; i < 8; i++) strides8[k][i] = 7 * i;
+      t8[k].strides = strides8[k];
+    }
+    zgate_check_stats s8;
+    zgate_check_stats_init(&s8);
+    assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &t8[0], &t8[1], &t8[2], &t8[3], &t8[4], &s8), 0);
+    assert_int_equal(s8.count, 60);
+    assert_int_equal(s8.failures, 1);
+    assert_int_equal(s8.first_fail, 53);
+    for (int k = 0; k < 5; k++) { /* rank 0: the first element, shape and strides NULL */
+      t8[k].ndim = 0;
+      t8[k].shape = t8[k].strides = NULL;
+    }
+    zgate_check_stats_init(&s8);
+    assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &t8[0], &t8[1], &t8[2], &t8[3], &t8[4], &s8), 0);
+    assert_int_equal(s8.count, 1);
+    assert_int_equal(s8.failures, 0);
+    t8[0].ndim = ZGATE_CHECK_MAX_NDIM + 1; /* more than the API's ranks */
+    assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &t8[0], &t8[1], &t8[2], &t8[3], &t8[4], &s8), -1);
+  }
+  /* Refused: ndims that differ, GPU memory, a missing dout for dz. */
   zgate_check_stats_init(&st);
   got.t.ndim = 3;
   assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &got.t, &ref.t, &d.t, &z.t, &o.t, &st), -1);

@@ -1,5 +1,5 @@
-/* Pieces of `zgate bench`: the outputs (JSON, gnuplot chart). The CPU ceiling's loops are
- * bench/stream_ceiling.c, shared with zgate_cpu_bench. */
+/* Pieces of `zgate bench`: the outputs (JSON, gnuplot chart). The CPU ceiling is
+ * stream_ceiling.c. */
 #ifndef ZGATE_CLI_BENCH_H
 #define ZGATE_CLI_BENCH_H
 
@@ -18,6 +18,9 @@
  * by more than a memory-bound operator can (MAX_PLAUSIBLE_PCT): the machine was busy. */
 #define BENCH_NOISY_SPREAD 1.25
 #define BENCH_MAX_PLAUSIBLE_PCT 105.0
+/* --settle waits until the 1-minute load average is under this many per CPU online: the
+ * benchmark's own threads then meet little other work. */
+#define BENCH_SETTLE_LOAD_PER_CPU 0.25
 
 /* One measured configuration. Figures of three: [0] at the median time, [1] the lowest, [2]
  * the highest over the timed calls (times: median, fastest, slowest). */
@@ -51,6 +54,8 @@ typedef struct bench_meta {
   char date[64];
   int have_load, cpus;      /* the load average when the run started, and the CPUs online */
   double load[3];
+  int settle_asked, settled; /* --settle given; the load fell under the threshold in time */
+  double settle_wait_s;
 } bench_meta;
 
 /* "" for a trustworthy row, else why not ("noisy", "above ceiling" or both). */

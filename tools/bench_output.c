@@ -70,6 +70,9 @@ void cli_bench_print_table(const bench_result *r, int n, const bench_meta *m) {
            "the fastest; 'above ceiling' = over %.0f%% of the ceiling, which a memory-bound operator cannot reach. "
            "The machine was busy (load average at start: %.2f on %d CPUs): rerun on a quiet one.\n",
            nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, m->have_load ? m->load[0] : -1.0, m->cpus);
+  if (m->settle_asked && !m->settled)
+    printf("The machine did not settle within %.0f s (load average %.2f on %d CPUs): the figures may be low.\n",
+           m->settle_wait_s, m->load[0], m->cpus);
   print_variants(r, n);
 }
 
@@ -126,7 +129,10 @@ int cli_bench_write_json(const char *path, const bench_result *r, int n, const b
   fprintf(f, ",\n  \"cpu_threads\": %d,\n  \"load_average_at_start\": ", m->threads);
   if (m->have_load) fprintf(f, "[%.2f, %.2f, %.2f]", m->load[0], m->load[1], m->load[2]);
   else fputs("null", f);
-  fprintf(f, ",\n  \"cpus_online\": %d,\n  \"ceiling\": {\"cpu\": ", m->cpus);
+  fprintf(f, ",\n  \"cpus_online\": %d,\n  \"settle\": ", m->cpus);
+  if (m->settle_asked) fprintf(f, "{\"waited_s\": %.1f, \"settled\": %s}", m->settle_wait_s, m->settled ? "true" : "false");
+  else fputs("null", f);
+  fprintf(f, ",\n  \"ceiling\": {\"cpu\": ");
   json_str(f, m->ceiling_cpu);
   fprintf(f, ", \"cuda\": ");
   json_str(f, m->ceiling_cuda);
@@ -281,7 +287,7 @@ int cli_bench_plot(const char *png_path, const bench_result *r, int n, const ben
     return -1;
   }
   /* The title says what the bars, whiskers and marks are, and what each layout name means. */
-  int nlines = 2 + m->have_load;
+  int nlines = 2 + m->have_load + m->settle_asked;
   char title[2048];
   size_t tl = (size_t)snprintf(title, sizeof title,
                                "zgate %s: achieved bandwidth vs the ceiling measured in the same run (%s)\\n"
@@ -292,6 +298,10 @@ int cli_bench_plot(const char *png_path, const bench_result *r, int n, const ben
     tl += (size_t)snprintf(title + tl, sizeof title - tl, "\\nload average at start: %.2f %.2f %.2f on %d CPUs%s",
                            m->load[0], m->load[1], m->load[2], m->cpus,
                            nflag ? ": the machine was busy, so the flagged rows are not to be trusted" : "");
+  if (m->settle_asked && tl < sizeof title)
+    tl += (size_t)snprintf(title + tl, sizeof title - tl, "\\n%s after waiting %.0f s for the load to fall",
+                           m->settled ? "the machine settled" : "THE MACHINE DID NOT SETTLE (figures may be low)",
+                           m->settle_wait_s);
   for (int i = 0; i < CLI_NLAYOUTS; i++)
     if ((layouts >> i & 1u) && tl < sizeof title) {
       tl += (size_t)snprintf(title + tl, sizeof title - tl, "\\n%s: %s", cli_layout_names[i], cli_layout_about[i]);

@@ -2,8 +2,9 @@
  * the median time of the operator, the GB/s it moves (bytes read plus written), and the
  * percentage of a ceiling measured in the same run on the same number of bytes (CPU: the
  * fastest of several streaming loops with the operator's reads and writes, 3 + 2 for the
- * backward and 2 + 1 for the forward, on the same threads (bench/stream_ceiling.c); CUDA: a
+ * backward and 2 + 1 for the forward, on the same threads (stream_ceiling.c); CUDA: a
  * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ typedef struct bench_cfg {
   int ops;
   const char *json, *png;
   int plot;
+  int settle; /* seconds to wait at most for a quiet machine, 0 = start at once */
 } bench_cfg;
 
 /* Small enough that the whole default suite runs in well under a minute on two cores. */
@@ -77,14 +79,17 @@ static void usage(FILE *f) {
           "  --png PATH         chart (default zgate-bench.png), with its gnuplot data and script\n"
           "                     beside it: PATH with .png replaced by .dat and .gp\n"
           "  --no-plot          do not write the chart\n"
+          "  --settle S         first wait, at most S seconds, until the 1-minute load average is\n"
+          "                     under %.2f per CPU (e.g. after a build); the table, JSON and chart\n"
+          "                     say how long it waited and whether the machine settled\n"
           "  --help             this text\n",
-          BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT);
+          BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, BENCH_SETTLE_LOAD_PER_CPU);
 }
 
 static const cli_opt bench_opts[] = {{"shape", 1},   {"dtype", 1},   {"layout", 1}, {"backend", 1},
                                      {"op", 1},      {"threads", 1}, {"repeats", 1}, {"warmup", 1},
                                      {"json", 1},    {"png", 1},     {"no-plot", 0}, {"isa", 1},
-                                     {"max-memory", 1}};
+                                     {"max-memory", 1}, {"settle", 1}};
 
 static int on_opt(void *ctx, int which, const char *v) {
   bench_cfg *c = ctx;
@@ -120,6 +125,10 @@ static int on_opt(void *ctx, int which, const char *v) {
     c->backend_spec = v, c->backend_opt = "--isa";
     return 0;
   case 12: return cli_parse_size("bench", "--max-memory", v, &c->max_memory);
+  case 13:
+    if (cli_parse_int("bench", "--settle", v, 0, 3600, &n)) return -1;
+    c->settle = (int)n;
+    return 0;
   }
   return -1;
 }
@@ -511,6 +520,19 @@ int cli_cmd_bench(int argc, char **argv) {
   bench_meta meta;
   memset(&meta, 0, sizeof meta);
   meta.have_load = cli_loadavg(meta.load, &meta.cpus) == 0;
+  if (cfg.settle > 0 && meta.have_load) { /* bounded wait for the machine to go quiet */
+    double t0 = cli_now();
+    meta.settle_asked = 1;
+    while (!(meta.settled = meta.load[0] < BENCH_SETTLE_LOAD_PER_CPU * meta.cpus) && cli_now() - t0 < cfg.settle) {
+      struct timespec one = {1, 0};
+      nanosleep(&one, NULL);
+      if (cli_loadavg(meta.load, &meta.cpus)) break;
+    }
+    meta.settle_wait_s = cli_now() - t0;
+    printf("%s after %.0f s (1-minute load average %.2f, threshold %.2f)\n",
+           meta.settled ? "the machine settled" : "the machine did NOT settle", meta.settle_wait_s, meta.load[0],
+           BENCH_SETTLE_LOAD_PER_CPU * meta.cpus);
+  }
   if (meta.have_load)
     printf("load average at start: %.2f %.2f %.2f on %d CPUs%s\n", meta.load[0], meta.load[1], meta.load[2], meta.cpus,
            meta.load[0] >= 0.5 ? " (other work is running: expect the figures to swing)" : "");

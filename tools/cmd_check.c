@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <zgate_cases.h>
 #include <zgate_check.h>
 
 #include "cli.h"
@@ -52,11 +53,6 @@ typedef struct check_run {
   char worst_where[320];
 } check_run;
 
-static const int64_t default_shapes[][4] = {
-    {0, 8, 2, 64}, {1, 1, 1, 1}, {2, 3, 5, 3},  {2, 17, 3, 1},  {1, 7, 3, 17},
-    {2, 33, 4, 64}, {1, 29, 3, 80}, {1, 31, 2, 96}, {1, 9, 2, 128}, {1, 2345, 2, 64}};
-static const char *const default_dtypes[] = {"f32", "bf16", "f16", "dout=bf16,z=f32,o=f16,dz=f32,dos=bf16"};
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: zgate check [options]\n"
@@ -70,10 +66,10 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --shape B,L,H,D    a shape (batch,seqlen,nheads,headdim); repeat for several\n"
-          "                     (default: 10 shapes, headdim 1..128, seqlen 2345, size 0)\n"
+          "                     (default: the QUICK and FULL shapes of check/cases.def)\n"
           "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,o=f16,dz=f32,dos=bf16\n"
-          "                     (a bare type sets all five; repeat for several; default: f32, bf16,\n"
-          "                     f16 and one mixed combination)\n"
+          "                     (a bare type sets all five; repeat for several; default: the\n"
+          "                     combinations of check/cases.def)\n"
           "  --layout LIST      dense,zview,permuted,inplace or all (default all): zview = z as a\n"
           "                     view into the input projection; permuted = other memory orders,\n"
           "                     padded rows, strided headdim; inplace = dout_scaled over dout\n"
@@ -578,14 +574,14 @@ int cli_cmd_check(int argc, char **argv) {
   }
   if (pr) return pr;
   if (cli_check_output("check", "--report", cfg.report)) return CLI_EXIT_USAGE;
-  if (cfg.nshapes == 0) {
-    cfg.nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
-    memcpy(cfg.shapes, default_shapes, sizeof default_shapes);
-  }
-  if (cfg.ndtypes == 0) {
-    cfg.ndtypes = (int)(sizeof default_dtypes / sizeof default_dtypes[0]);
-    for (int i = 0; i < cfg.ndtypes; i++) cli_parse_dtypes("check", default_dtypes[i], &cfg.dtypes[i]);
-  }
+  /* The shared case list: its QUICK and FULL shapes, every dtype combination. */
+  if (cfg.nshapes == 0)
+    for (int i = 0; i < ZGATE_CASES_N(zgate_case_shapes) && cfg.nshapes < MAX_SHAPES; i++)
+      if (zgate_case_shapes[i].set & (ZGATE_CASES_QUICK | ZGATE_CASES_FULL))
+        memcpy(cfg.shapes[cfg.nshapes++], zgate_case_shapes[i].shape, sizeof cfg.shapes[0]);
+  if (cfg.ndtypes == 0)
+    for (; cfg.ndtypes < ZGATE_CASES_N(zgate_case_dtype_sets) && cfg.ndtypes < MAX_DTYPES; cfg.ndtypes++)
+      memcpy(cfg.dtypes[cfg.ndtypes].t, zgate_case_dtype_sets[cfg.ndtypes].dt, sizeof cfg.dtypes[0].t);
   cli_backend be[CLI_MAX_BACKENDS];
   char skipped[512];
   int nbe = cli_backends("check", cfg.backend_opt, cfg.backend_spec, be, skipped, sizeof skipped);
@@ -610,7 +606,7 @@ int cli_cmd_check(int argc, char **argv) {
           if (!(cfg.layouts & (1u << il))) continue;
           case_desc c = {&be[ib], cfg.shapes[is], cfg.dtypes[id], (cli_layout)il, 0, 0};
           /* The same inputs on every backend: the seed depends on the case, not the backend. */
-          c.seed = case_seed + 1000003u * (uint64_t)(is * 64 + id * 8 + il);
+          c.seed = case_seed + 1000003u * (uint64_t)((is * MAX_DTYPES + id) * CLI_NLAYOUTS + il);
           if (il == CLI_INPLACE) c.dt.t[CLI_DOS] = c.dt.t[CLI_DOUT]; /* in place needs dout's dtype */
           run_case(&run, &c);
           if (tty)

@@ -1,4 +1,4 @@
-"""python -m zgate.selfcheck: a fixed, seeded case list against the float64 reference.
+"""python -m zgate.selfcheck: the shared case list (check/cases.def) against the float64 reference.
 
     python -m zgate.selfcheck --backend {cpu,cuda,triton,npu} [--output report.md]
         [--quick] [--save-golden FILE | --golden FILE] [--seed N]
@@ -21,6 +21,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import sys
 import time
 from typing import NamedTuple, Tuple
@@ -39,45 +40,65 @@ class Case(NamedTuple):
     shape: Tuple[int, int, int, int]
     dtypes: Tuple[str, ...]       # bwd (dout, z, o, dz, dos); fwd (o, z, out)
     layout: str = "dense"         # "dense", "zview" (Z a view into a projection), "permuted"
+                                  # (cases.def's in-place layout is dense with inplace=True)
     inplace: bool = False
 
 
-def _same(op, d):
-    return (d,) * (5 if op == "bwd" else 3)
+_DT = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _case_file():
+    """cases.def: beside this module in an installed package, check/ in the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "cases.def"),
+                 os.path.join(here, "..", "..", "check", "cases.def")):
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError("zgate's case list cases.def is neither beside %s nor in the "
+                            "source tree's check/" % __file__)
+
+
+def _read_case_file():
+    """(shapes [(shape, set)], dtypes [(name, 5 dtypes)], layouts [name]) of check/cases.def."""
+    text = open(_case_file()).read()
+    shapes = [(tuple(int(v) for v in m[:4]), m[4]) for m in
+              re.findall(r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), (\w+)\)", text, re.M)]
+    dtypes = [(m[0], tuple(_DT[t] for t in m[1:])) for m in
+              re.findall(r"^ZG_DTYPES\(([\w-]+), (\w+), (\w+), (\w+), (\w+), (\w+)\)", text,
+                         re.M)]
+    layouts = re.findall(r"^ZG_LAYOUT\((\w+)\)", text, re.M)
+    return shapes, dtypes, layouts
 
 
 def cases(quick=False):
-    """The fixed list. quick: small shapes only (the interpreter, CI)."""
+    """The shared case list (check/cases.def), as every backend runs it. Full: every QUICK and
+    FULL shape with every dtype combination in every layout, backward and forward, and the
+    REAL (model-size) shapes in bfloat16 (dense, zview, in place) and float32 (zview).
+    quick (the Triton interpreter, CI): the QUICK shapes, each dtype combination once, the
+    layouts taken in turn."""
+    shapes, dtypes, layouts = _read_case_file()
     out = []
-    real = [(2, 2048, 24, 64), (16, 2345, 32, 64), (8, 2048, 32, 64), (4, 4096, 64, 64),
-            (1, 32768, 64, 64), (2, 8192, 32, 128), (2, 2048, 40, 80), (4, 4096, 48, 96)]
-    small = [(2, 5, 3, 80), (1, 7, 2, 3), (2, 3, 4, 1), (1, 4, 3, 96), (2, 9, 2, 128),
-             (1, 37, 3, 64)]
-    for shape in (small if quick else small + real):
+    for si, (shape, group) in enumerate(shapes):
+        if group == "REAL":
+            if quick:
+                continue
+            todo = [(d, lay) for d in dtypes for lay in layouts
+                    if (d[0] == "bf16" and lay != "permuted") or (d[0] == "f32" and lay == "zview")]
+        elif group == "FULL" and quick:
+            continue
+        elif quick:
+            todo = [(d, layouts[(si + di) % len(layouts)]) for di, d in enumerate(dtypes)]
+        else:
+            todo = [(d, lay) for d in dtypes for lay in layouts]
         tag = "x".join(map(str, shape))
-        big = shape in real
-        for d in ("bfloat16",) if big else ("float32", "float16", "bfloat16"):
-            out.append(Case("bwd %s %s dense" % (tag, d), "bwd", shape, _same("bwd", d)))
-            out.append(Case("bwd %s %s zview" % (tag, d), "bwd", shape, _same("bwd", d), "zview"))
-            if not big:
-                out.append(Case("fwd %s %s zview" % (tag, d), "fwd", shape, _same("fwd", d),
-                                "zview"))
-        if big and shape[3] == 64:
-            out.append(Case("bwd %s float32 zview" % tag, "bwd", shape, _same("bwd", "float32"),
-                            "zview"))
-        if big:
-            out.append(Case("bwd %s bfloat16 zview inplace" % tag, "bwd", shape,
-                            _same("bwd", "bfloat16"), "zview", True))
-    for shape in small[:3]:
-        tag = "x".join(map(str, shape))
-        out += [
-            Case("bwd %s mixed bf16->f32" % tag, "bwd", shape, ("bfloat16",) * 3 + ("float32",) * 2),
-            Case("bwd %s mixed f32 z" % tag, "bwd", shape, ("bfloat16", "float32", "bfloat16",
-                                                             "bfloat16", "float16"), "zview"),
-            Case("bwd %s float32 permuted inplace" % tag, "bwd", shape, _same("bwd", "float32"),
-                 "permuted", True),
-            Case("fwd %s mixed" % tag, "fwd", shape, ("float16", "float32", "bfloat16")),
-        ]
+        for (dname, dt), lay in todo:
+            inplace = lay == "inplace"
+            bdt = dt[:4] + (dt[0],) if inplace else dt
+            out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt,
+                            "dense" if inplace else lay, inplace))
+            if not inplace and group != "REAL":
+                out.append(Case("fwd %s %s %s" % (tag, dname, lay), "fwd", shape,
+                                (dt[2], dt[1], dt[3]), lay))
     return out
 
 

@@ -1,10 +1,11 @@
 /* GPU tests of the CUDA backend through the public API, against the float64 reference
  * (zgate_check_*, the shared numerics policy). Exit 77 (ctest: skipped) without a GPU.
  *
- *   test_cuda_gate            dtype combinations, headdims, layouts, in place, size 0,
- *                             special values, forward, streams, devices, threads
- *   test_cuda_gate --small    a short subset (tails, odd headdims, in place) for
- *                             compute-sanitizer memcheck / racecheck / initcheck
+ *   test_cuda_gate            the shared case list (check/cases.def) and this backend's own
+ *                             layouts, every dtype combination's kernel, special values,
+ *                             streams, devices, threads
+ *   test_cuda_gate --small    the list's QUICK shapes up to 4096 elements, two dtype
+ *                             combinations, for compute-sanitizer memcheck / racecheck / initcheck
  *   test_cuda_gate --big      tensors of more than 2^31 (and 2^32 work items), on slices
  *
  * Every device buffer has 256 guard bytes on both sides and is poisoned (0xFF: NaN in
@@ -26,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "zgate.h"
+#include "zgate_cases.h"
 #include "zgate_check.h"
 #include "cuda_check.h"
 
@@ -317,6 +319,7 @@ static void name_case(char *buf, size_t n, const char *tag, const int64_t s[4], 
            layout_name[lay[2]], layout_name[lay[3]], layout_name[lay[4]], inplace ? " in-place" : "");
 }
 
+/* Every dtype combination once: each is its own compiled kernel. */
 static void all_dtype_combos(void) {
   const DLDataType ts[3] = {F32, F16, BF16};
   const int64_t shape[4] = {2, 7, 3, 17};
@@ -338,54 +341,39 @@ static void all_dtype_combos(void) {
   }
 }
 
-static void headdims_and_layouts(bool small) {
-  const DLDataType sets[5][5] = {
-      {BF16, BF16, BF16, BF16, BF16}, {F16, F16, F16, F16, F16}, {F32, F32, F32, F32, F32},
-      {BF16, BF16, BF16, F32, F32},   {F16, F32, BF16, BF16, F16}};
-  const int64_t heads[7] = {1, 3, 17, 64, 80, 96, 128};
-  /* per case: which tensor gets the layout (-1: all five) */
-  struct L { Layout lay; int who; } lays[8] = {{DENSE, -1}, {PROJ, 1}, {PERM, 1}, {PAD, -1},
-                                               {TRANS, 2}, {OFFSET, 0}, {PERM, 3}, {PROJ, 4}};
+/* The shared case list (check/cases.def): its shapes (QUICK for --small, QUICK and FULL
+ * otherwise) x dtype combinations x its four layouts, the backward and the forward; then
+ * layouts of this backend's planner: every tensor padded, o with headdim outermost, dout
+ * at an offset, dz permuted, dout_scaled a projection view, in place over a padded view. */
+static void case_list(bool small) {
+  const int sets = ZGATE_CASES_QUICK | (small ? 0 : ZGATE_CASES_FULL);
+  struct L { Layout lay; int who; bool inplace; } lays[] = {
+      {DENSE, -1, false}, {PROJ, 1, false}, {PERM, -1, false}, {DENSE, -1, true}, /* shared */
+      {PAD, -1, false},   {TRANS, 2, false}, {OFFSET, 0, false}, {PERM, 3, false},
+      {PROJ, 4, false},   {PAD, 0, true}};
+  const int nshared = 4, nlays = (int)(sizeof lays / sizeof lays[0]);
   char name[256];
-  int nsets = small ? 2 : 5;
-  for (int si = 0; si < nsets; si++)
-    for (int hi = 0; hi < 7; hi++) {
-      if (small && heads[hi] != 3 && heads[hi] != 17 && heads[hi] != 80) continue;
-      for (int li = 0; li < 8; li++) {
-        if (small && li > 4) continue;
-        const int64_t shape[4] = {2, small ? 5 : 33, 3, heads[hi]};
+  for (int si = 0; si < ZGATE_CASES_N(zgate_case_shapes); si++) {
+    if (!(zgate_case_shapes[si].set & sets)) continue;
+    const int64_t *shape = zgate_case_shapes[si].shape;
+    if (small && shape[0] * shape[1] * shape[2] * shape[3] > 4096) continue;
+    for (int di = 0; di < ZGATE_CASES_N(zgate_case_dtype_sets); di++) {
+      if (small && di >= 2) break;
+      for (int li = 0; li < (small ? 6 : nlays); li++) {
         Layout lay[5];
         for (int t = 0; t < 5; t++) lay[t] = (lays[li].who < 0 || lays[li].who == t) ? lays[li].lay : DENSE;
-        name_case(name, sizeof name, "layout", shape, sets[si], lay, false);
-        bwd_case(name, shape, sets[si], lay, false);
-      }
-      /* in place: dout_scaled is dout, dense and as a padded view */
-      for (int li = 0; li < 2; li++) {
-        const int64_t shape[4] = {2, small ? 5 : 33, 3, heads[hi]};
-        Layout lay[5] = {li ? PAD : DENSE, PROJ, DENSE, DENSE, li ? PAD : DENSE};
         DLDataType dt[5];
-        memcpy(dt, sets[si], sizeof dt);
-        dt[4] = dt[0];
-        name_case(name, sizeof name, "inplace", shape, dt, lay, true);
-        bwd_case(name, shape, dt, lay, true);
+        memcpy(dt, zgate_case_dtype_sets[di].dt, sizeof dt);
+        if (lays[li].inplace) { dt[4] = dt[0]; lay[4] = lay[0]; }
+        name_case(name, sizeof name, zgate_case_dtype_sets[di].name, shape, dt, lay, lays[li].inplace);
+        bwd_case(name, shape, dt, lay, lays[li].inplace);
+        if (li < nshared && !lays[li].inplace) { /* the forward: o, z, out */
+          const DLDataType fdt[3] = {dt[2], dt[1], dt[3]};
+          const Layout flay[3] = {lay[2], lay[1], lay[3]};
+          fwd_case(name, shape, fdt, flay);
+        }
       }
     }
-}
-
-static void long_and_empty(void) {
-  char name[256];
-  const Layout dense[5] = {DENSE, DENSE, DENSE, DENSE, DENSE};
-  const Layout proj[5] = {DENSE, PROJ, DENSE, DENSE, DENSE};
-  const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16}, f32[5] = {F32, F32, F32, F32, F32};
-  const int64_t s1[4] = {1, 2345, 4, 64}, s2[4] = {2, 2345, 2, 80}, s3[4] = {3, 2345, 1, 96};
-  name_case(name, sizeof name, "seqlen", s1, bf, dense, false); bwd_case(name, s1, bf, dense, false);
-  name_case(name, sizeof name, "seqlen", s1, bf, proj, false); bwd_case(name, s1, bf, proj, false);
-  name_case(name, sizeof name, "seqlen", s2, f32, proj, false); bwd_case(name, s2, f32, proj, false);
-  name_case(name, sizeof name, "seqlen", s3, bf, proj, false); bwd_case(name, s3, bf, proj, false);
-  const int64_t empties[3][4] = {{0, 5, 3, 64}, {2, 0, 3, 64}, {2, 5, 3, 0}};
-  for (int k = 0; k < 3; k++) {
-    name_case(name, sizeof name, "size0", empties[k], bf, dense, false);
-    bwd_case(name, empties[k], bf, dense, false);
   }
 }
 
@@ -765,15 +753,10 @@ int main(int argc, char **argv) {
   if (bigrun) {
     big();
   } else if (small) {
-    headdims_and_layouts(true);
-    const int64_t s[4] = {1, 1, 1, 37};
-    const DLDataType bf[5] = {BF16, BF16, BF16, BF16, BF16};
-    const Layout dense[5] = {DENSE, DENSE, DENSE, DENSE, DENSE};
-    bwd_case("small tail", s, bf, dense, false);
+    case_list(true);
   } else {
     all_dtype_combos();
-    headdims_and_layouts(false);
-    long_and_empty();
+    case_list(false);
     special_values();
     stream_is_used();
     devices(ndev);

@@ -1,5 +1,4 @@
-/* The CPU streaming ceiling (see stream_ceiling.h): one implementation, linked into both
- * zgate_cpu_bench and the `zgate` command.
+/* The CPU streaming ceiling of `zgate bench` (see stream_ceiling.h).
  *
  * Every variant walks its share of the arrays in 64-byte lines (after a byte-wise head that
  * brings d to a line boundary, so its stores never split lines): per line 64/W loads of W

@@ -1,10 +1,10 @@
-/* The CPU streaming ceiling shared by zgate_cpu_bench and `zgate bench`: loops that move the
+/* The CPU streaming ceiling of `zgate bench`: loops that move the
  * operator's bytes (the backward's 3 reads + 2 writes, the forward's 2 + 1) with no math, in
  * several variants (load width 16, 32 or 64 bytes where the CPU has it, chosen at run time;
  * non-temporal or ordinary stores; with or without software prefetch). A program times every
  * variant on the same buffers and judges zgate against the fastest. */
-#ifndef ZGATE_BENCH_STREAM_CEILING_H
-#define ZGATE_BENCH_STREAM_CEILING_H
+#ifndef ZGATE_TOOLS_STREAM_CEILING_H
+#define ZGATE_TOOLS_STREAM_CEILING_H
 
 #include <stddef.h>
 
@@ -50,4 +50,4 @@ void zb_stream_time(const zb_stream *s, int threads, int reps, double *wall, dou
  * count of non-negative values (0: none, out untouched). */
 int zb_summarize(double *v, int n, double out[3]);
 
-#endif /* ZGATE_BENCH_STREAM_CEILING_H */
+#endif /* ZGATE_TOOLS_STREAM_CEILING_H */
