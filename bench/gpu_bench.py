@@ -6,28 +6,26 @@ of the same formula, and upstream's Triton kernel (mamba3_siso_bwd_kernel_dzdo) 
 
 Shapes: the REAL set of the shared case list (check/cases.def), Mamba-3 model sizes.
 
-zgate is called through the package (zgate.bwd with given outputs: PYTHONPATH=python and
-ZGATE_LIBRARY=build/.../libzgate.so for a build tree). Per shape, dtype and Z layout (dense,
+zgate is called through the installed package (zgate.bwd with given outputs; zgate.triton.bwd
+for the Triton kernel). Per shape, dtype and Z layout (dense,
 or a view into the input projection: strides (L*P, P, D, 1), P = 2*H*D + 480): the per-call
 time of back-to-back calls (CUDA events around batches of about 5 ms queued behind a GPU-side
 sleep, so no host time is counted; the median of 9 batches), GB/s counting 5 x elements x
 element size, and that as a fraction of a device-to-device copy of 1 GiB timed the same way
-in this run. Every implementation's outputs are checked against
+in this run, and of a copy of the row's own bytes ("frac_same" in the JSON). Every implementation's outputs are checked against
 the float64 formula first (max |err| / max |ref|); a row above 1e-2 is marked.
 
-Upstream's kernel is imported from PATH (a folder holding mamba3_siso_bwd.py and utils.py,
-never copied into this repository) under a stand-in mamba_ssm package in a temp dir. It is
+Upstream's kernel is imported from PATH (a copy of mamba_ssm/ops/triton/mamba3 or a folder
+holding one, never committed here; zgate._mamba.import_upstream_dzdo). It is
 called with preallocated outputs, as compute_dzdo does; for headdims that are not a power
 of two it reads and writes past each row, so its tensors get slack.
 """
 import argparse
-import importlib
 import json
 import math
 import os
 import re
 import sys
-import tempfile
 import time
 
 import torch
@@ -35,30 +33,20 @@ import torch._dynamo
 import triton
 
 import zgate
+from zgate._mamba import import_upstream_dzdo
 
 # The shared case list's model-size shapes (check/cases.def, set REAL).
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "check", "cases.def")) as _f:
     SHAPES = [tuple(int(v) for v in m) for m in re.findall(
         r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), REAL\)", _f.read(), re.M)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-IMPLS = ("zgate", "eager", "compile", "orig")
+IMPLS = ("zgate", "triton", "eager", "compile", "orig")
 
 
 def formula(dout, z, o):
     zf, df = z.float(), dout.float()
     s = torch.sigmoid(zf)
     return ((df * o.float() * s * (1 + zf * (1 - s))).to(dout.dtype), (df * s * zf).to(dout.dtype))
-
-
-def load_original(path):
-    root = tempfile.mkdtemp(prefix="zgate_orig_")
-    pkg = os.path.join(root, "mamba_ssm", "ops", "triton")
-    os.makedirs(pkg)
-    for d in ("mamba_ssm", "mamba_ssm/ops", "mamba_ssm/ops/triton"):
-        open(os.path.join(root, d, "__init__.py"), "w").close()
-    os.symlink(os.path.abspath(path), os.path.join(pkg, "mamba3"))
-    sys.path.insert(0, root)
-    return importlib.import_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd")
 
 
 def empty(shape, dtype, slack):
@@ -91,6 +79,10 @@ def implementations(names, orig, dout, z, o, slack):
         dz, dos = empty(dout.shape, dout.dtype, slack), empty(dout.shape, dout.dtype, slack)
         if name == "zgate":
             fns[name] = (lambda dz=dz, dos=dos: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos), (dz, dos))
+        elif name == "triton":   # zgate.triton: the NPU kernel's source on this GPU
+            import zgate.triton
+            fns[name] = (lambda dz=dz, dos=dos: zgate.triton.bwd(dout, z, o, dz=dz, dout_scaled=dos),
+                         (dz, dos))
         elif name in ("eager", "compile"):
             f = formula if name == "eager" else torch.compile(formula, dynamic=False)
             res = [None, None]
@@ -143,10 +135,15 @@ def b2b_ms(fn, batches=9):
     return sorted(ts)[len(ts) // 2], starved
 
 
-def copy_gbps():
-    src = torch.randn(1 << 28, device="cuda")   # 1 GiB
+def copy_ms(nbytes):
+    """A device-to-device copy moving `nbytes` (half read, half written), timed as the rows are."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    return 2 * src.numel() * 4 / (b2b_ms(lambda: dst.copy_(src))[0] * 1e-3) / 1e9
+    return b2b_ms(lambda: dst.copy_(src))[0]
+
+
+def copy_gbps():
+    return (1 << 31) / (copy_ms(1 << 31) * 1e-3) / 1e9   # 1 GiB read, 1 GiB written
 
 
 def chart(rows, names, copy, path):
@@ -193,7 +190,7 @@ def main():
     for knob in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 1024)
-    orig = load_original(a.orig) if a.orig else None
+    orig = import_upstream_dzdo(a.orig) if a.orig else None
     names = [n for n in a.impls.split(",") if n != "orig" or orig is not None]
     copy = copy_gbps()
     print("%s, zgate %s, torch %s, triton %s; device copy %.0f GB/s" % (
@@ -211,7 +208,8 @@ def main():
         dout, z, o = make_inputs(shape, DTYPES[dn], layout, slack)
         refs = [r.double() for r in formula(dout.double(), z.double(), o.double())]
         nbytes = 5 * dout.numel() * dout.element_size()
-        row = {"shape": shape, "dtype": dn, "layout": layout, "bytes": nbytes}
+        row = {"shape": shape, "dtype": dn, "layout": layout, "bytes": nbytes,
+               "copy_same_us": copy_ms(nbytes) * 1e3}
         line = "%-22s %-5s %-5s" % (shape, dn, layout)
         for n, (fn, outs) in implementations(names, orig, dout, z, o, slack).items():
             fn()
@@ -220,6 +218,7 @@ def main():
             t, row[n + "_starved"] = b2b_ms(fn)
             row[n + "_us"] = us = t * 1e3
             row[n + "_frac"] = frac = nbytes / (us * 1e-6) / 1e9 / copy
+            row[n + "_frac_same"] = row["copy_same_us"] / us
             mark = "!" if err > 1e-2 else "*" if row[n + "_starved"] else " "
             line += " %8.1f %5.1f%%%s" % (us, 100 * frac, mark)
         rows.append(row)

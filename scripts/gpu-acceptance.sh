@@ -23,11 +23,12 @@ STAGES=${STAGES:-"build upstream zgate triton triton-up timers"}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TESTS=OFF -DZGATE_BUILD_TOOLS=OFF
-export RES ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
+export RES
 acc="python3 -m zgate.acceptance --device cuda"
 small="--quick --op bwd --filter 2x2048x24x64"
 
 stage build 200 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+gpu_python_package
 stage upstream 240 "$acc --impl upstream --upstream-path $UP $small --save-baseline \$RES/upstream.json --save-golden \$RES/upstream.npz --output \$RES/upstream.md"
 stage zgate 150 "$acc --impl zgate --quick --save-baseline \$RES/zgate-cuda.json --save-golden \$RES/zgate-cuda.npz --output \$RES/zgate-cuda.md"
 stage triton 150 "$acc --impl triton --quick --baseline \$RES/zgate-cuda.json --golden \$RES/zgate-cuda.npz --output \$RES/triton-vs-zgate.md --json \$RES/triton-vs-zgate.json"

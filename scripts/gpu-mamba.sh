@@ -38,7 +38,6 @@ source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_TESTS=OFF
 mkdir -p "$ERRS"; ERRS=$(cd "$ERRS" && pwd)
 export BUILD ERRS CFG OUT MAMBA PYTHONUNBUFFERED=1
-export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/bench:$PWD/python:$MAMBA
 
 # The SISO tests: every test_mamba3*.py of tests/ops/triton and tests/modules, less the MIMO
 # cases (TileLang) of the module tests.
@@ -69,7 +68,8 @@ compare() { # the error lines of both runs, which come in the same order
 }
 export -f upstream_tests compare
 
-stage build 180 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD --target zgate -j 16'
+stage build 180 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD --target zgate zgate_python -j 16'
+gpu_python_package && export PYTHONPATH=$PYTHONPATH:$PWD/bench:$MAMBA
 stage shipped "${SHIPPED_S:-300}" 'ZGATE_MAMBA=0 upstream_tests shipped'
 stage zgate "${ZGATE_S:-240}" 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare

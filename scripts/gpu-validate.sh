@@ -7,7 +7,7 @@
 #   check     `zgate check` on the GPU (the shared case list, Markdown report)
 #   python    the Python tests with PyTorch, CuPy and JAX on the GPU
 #   hostcost  the host time of one zgate_bwd in C taken apart (tests/cuda/cuda_host_cost.cu)
-#   overhead  the Python call overhead (python -m zgate._overhead)
+#   overhead  the Python call overhead (bench/host_overhead.py)
 #   dist      tests/multi_gpu/dist_check.py under torchrun, one process per GPU
 #   bench     bench/gpu_bench.py: zgate against copy bandwidth, PyTorch eager, torch.compile
 #             and upstream's Triton kernel where third_party_ref/mamba3 (or ZGATE_ORIG_MAMBA3)
@@ -26,10 +26,11 @@ source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
 export BUILD CFG OUT ORIG NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 
 stage build 170 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1
   cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+gpu_python_package
 stage cpu 80 'grep -o "avx512[a-z_0-9]*" /proc/cpuinfo | sort -u | tr "\n" " "; echo; lscpu | grep "Model name";
   $BUILD/tools/zgate info; ctest --test-dir $BUILD -j 8 --output-on-failure -L "avx512|simd|c"'
 stage cuda 240 'ctest --test-dir $BUILD -V -L cuda'
@@ -38,7 +39,7 @@ stage sanitize 90 'rc=0; for t in memcheck racecheck initcheck; do echo "--- $t"
 stage check 50 '$BUILD/tools/zgate check --backend cuda --report $OUT/zgate-check-cuda.md'
 stage python 300 'python3 -m pytest -q -rs -p no:cacheprovider tests/python'
 stage hostcost 60 '$BUILD/tests/cuda/cuda_host_cost 1000 9'
-stage overhead 120 'python3 -m zgate._overhead --device cuda --orig $ORIG --breakdown'
+stage overhead 120 'python3 bench/host_overhead.py --device cuda --orig $ORIG'
 stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) tests/multi_gpu/dist_check.py'
 BENCH_S=$(( ${RUN_BUDGET:-100000} - ($(date +%s) - START) - 60 )); [ $BENCH_S -gt 360 ] && BENCH_S=360; [ $BENCH_S -lt 30 ] && BENCH_S=30
 export BENCH_S

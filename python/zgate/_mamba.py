@@ -207,9 +207,11 @@ def import_mamba_module(name=DEFINING_MODULE, skip_package_init=False):
 def import_upstream_dzdo(path=None):
     """Upstream's module defining compute_dzdo and its Triton kernel, for comparisons.
 
-    path: a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3, imported under a
-    bare mamba_ssm.ops.triton package made in a temporary folder), or a checkout holding
-    mamba_ssm/ (imported without its __init__.py); None: an installed mamba_ssm."""
+    path: a copy of mamba_ssm/ops/triton/mamba3, or a folder holding one as mamba3/ (imported
+    under a bare mamba_ssm.ops.triton package made in a temporary folder), or a checkout
+    holding mamba_ssm/ (imported without its __init__.py); None: an installed mamba_ssm."""
+    if path and os.path.isfile(os.path.join(path, "mamba3_siso_bwd.py")):
+        path = os.path.dirname(os.path.abspath(path))
     if path and os.path.isfile(os.path.join(path, "mamba3", "mamba3_siso_bwd.py")):
         if DEFINING_MODULE not in sys.modules:
             root = tempfile.mkdtemp(prefix="zgate_upstream_")

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/ci-release
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DZGATE_CUDA=OFF \
-  -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_TEST_WRAPPER= >/dev/null
+  -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_TOOLS=OFF -DZGATE_TEST_WRAPPER= >/dev/null
 cmake --build "$build" -j2
 cd "$build"
 ctest -L '^c$' -j2 --output-on-failure

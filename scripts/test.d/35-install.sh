@@ -39,7 +39,7 @@ check_layout() {
   local libdir=$1
   echo "--- libdir $libdir"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_TESTS=OFF \
-    -DZGATE_BUILD_BENCH=OFF -DZGATE_BUILD_TOOLS=ON "-DCMAKE_INSTALL_LIBDIR=$libdir" >/dev/null
+    -DZGATE_BUILD_TOOLS=ON "-DCMAKE_INSTALL_LIBDIR=$libdir" >/dev/null
   cmake --build "$build" -j2 >/dev/null
   rm -rf "$work/staged" "$work/prefix"
   cmake --install "$build" --prefix "$work/staged" >/dev/null

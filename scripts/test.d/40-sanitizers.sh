@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 build=build/ci-asan
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DZGATE_SANITIZE=address,undefined -DZGATE_CUDA=OFF -DZGATE_BUILD_TESTS=ON \
-  -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_TEST_WRAPPER= >/dev/null
+  -DZGATE_BUILD_TOOLS=OFF -DZGATE_TEST_WRAPPER= >/dev/null
 cmake --build "$build" -j2
 cd "$build"
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_string_checks=1:halt_on_error=1"

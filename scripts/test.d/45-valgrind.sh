@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/ci-valgrind
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc -DZGATE_CUDA=OFF \
-  -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF \
+  -DZGATE_BUILD_TESTS=ON -DZGATE_BUILD_TOOLS=OFF \
   "-DZGATE_TEST_WRAPPER=valgrind;--error-exitcode=1;--leak-check=full;--errors-for-leak-kinds=definite;--show-leak-kinds=definite" >/dev/null
 cmake --build "$build" -j2 --target test_check test_validation test_accuracy test_special test_huge_offsets
 cd "$build"

@@ -31,7 +31,7 @@ fi
 # documentation's examples).
 qemu="$(command -v qemu-aarch64);-L;/usr/aarch64-linux-gnu;-E;LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
-  -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_BUILD_TOOLS=OFF \
+  -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_TOOLS=OFF \
   -DZGATE_BUILD_TESTS=ON -DZGATE_TEST_TIMEOUT_SCALE=2 "-DZGATE_TEST_WRAPPER=$qemu" >/dev/null
 cmake --build "$build" -j "$jobs" >/dev/null
 

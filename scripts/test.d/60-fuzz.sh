@@ -14,7 +14,7 @@ build=build/ci-fuzz
 seconds=${ZGATE_FUZZ_SECONDS:-60}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DZGATE_SANITIZE=address,undefined -DZGATE_FUZZ=ON -DZGATE_CUDA=OFF -DZGATE_BUILD_TESTS=ON \
-  -DZGATE_BUILD_TOOLS=OFF -DZGATE_BUILD_BENCH=OFF -DZGATE_TEST_WRAPPER= >/dev/null
+  -DZGATE_BUILD_TOOLS=OFF -DZGATE_TEST_WRAPPER= >/dev/null
 cmake --build "$build" -j2 --target zgate_fuzz_api zgate_fuzz_replay
 
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1"

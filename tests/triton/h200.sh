@@ -14,12 +14,13 @@ STAGES=${STAGES:-"build check bench"}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF
-export BUILD CFG OUT ZGATE_LIBRARY=$PWD/$BUILD/src/libzgate.so PYTHONPATH=$PWD/python
+export BUILD CFG OUT
 
 stage build 170 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
+gpu_python_package
 stage check 400 'python3 -c "import torch, triton; print(\"torch\", torch.__version__, \"triton\", triton.__version__)";
   python3 tests/triton/gpu_check.py $OUT/triton-check'
-stage bench 500 'python3 bench/gpu_bench.py --lib $ZGATE_LIBRARY --impls triton --quick --rep 10 \
+stage bench 500 'python3 bench/gpu_bench.py --impls triton --quick \
   --dtypes bf16,fp16,fp32 --layouts dense,proj --json $OUT/triton-bench.json'
 
 echo "--- check (tail)"; tail -n 4 "$OUT/check.log" 2>/dev/null | cut -c1-200
@@ -30,10 +31,10 @@ rows = json.load(open(sys.argv[1]))["rows"]
 print("%-5s %-5s %-20s %7s %9s %9s %7s" % ("dtype", "Z", "shape", "MB", "copy us", "triton us", "% copy"))
 low = []
 for r in rows:
-    frac = 100 * r["triton_b2b_frac_same"]
+    frac = 100 * r["triton_frac_same"]
     print("%-5s %-5s %-20s %7.0f %9.1f %9.1f %6.1f%%" % (
         r["dtype"], r["layout"], "x".join(map(str, r["shape"])), r["bytes"] / 1e6,
-        r["copy_same_b2b_ms"] * 1e3, r["triton_b2b_ms"] * 1e3, frac))
+        r["copy_same_us"], r["triton_us"], frac))
     if r["bytes"] >= 256e6 and frac < 95.0:
         low.append(r)
 big = [r for r in rows if r["bytes"] >= 256e6]
