@@ -338,28 +338,37 @@ ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t 
 }
 
 /* ---- the lean recipe (simd_exp.h, "16-bit recipe"): problems with 16-bit outputs only ----
- * s = 1/(1 + exp(-z)), 1 - s = exp(-z) s, t = 1 + z(1 - s): one division (AVX-512: rcp14
- * and one Newton step) and no selects. bf (a constant at every call site: bfloat16 rows)
- * drops the root test: a bfloat16 z is never within 2.8e-3 of the root. */
+ * s = 1/(1 + exp(-z)), 1 - s = exp(-z) s, t = 1 + z(1 - s): one division (AVX-512: rcp14,
+ * plus one Newton step unless bf) and no selects. bf selects the bfloat16 variant, a constant
+ * at every call site (AVX-512: the exp's degree-4 polynomial, no Newton step; every ISA: no
+ * root test, a bfloat16 z is never within 2.8e-3 of the root). */
 
 /* exp(-z), NaN for NaN. AVX2 and NEON: z clamped to [-89, -ZG_EXP_LO] (NaN passes both
  * clamps), k by the shifter, -r = z + k ln2 in two fmas, the degree-5 polynomial F in -r (odd
  * coefficients negated: the negation costs no instruction), 2^k as exp_scale; within ~1.7e-7
  * relative for normal results; k = 128 (z < ~-88.4) gives +inf. AVX-512: y = -z log2(e),
- * f = y - round(y) by VREDUCEPS, 2^f by G, scalef (+inf for large y). An
+ * f = y - round(y) by VREDUCEPS, 2^f by G (or H with bf), scalef (+inf for large y). An
  * infinite exp makes 1 - s = inf * 0 = NaN, which sends the lane to gate_fix. */
-ZG_INLINE V exp_lean(V z) {
+ZG_INLINE V exp_lean(V z, int bf) {
   const V one = v_set1(1.0f);
 #if VEC_HAS_AVX512
   V y = v_mul(z, v_set1(-ZG_EXP_LOG2E));
   V f = v_reduce(y);
   V k = v_sub(y, f); /* round(y), exact */
-  V p = v_fma(v_set1(ZG_EXP2_G5), f, v_set1(ZG_EXP2_G4));
-  p = v_fma(p, f, v_set1(ZG_EXP2_G3));
-  p = v_fma(p, f, v_set1(ZG_EXP2_G2));
-  p = v_fma(p, f, v_set1(ZG_EXP2_G1));
+  V p;
+  if (bf) {
+    p = v_fma(v_set1(ZG_EXP2_H4), f, v_set1(ZG_EXP2_H3));
+    p = v_fma(p, f, v_set1(ZG_EXP2_H2));
+    p = v_fma(p, f, v_set1(ZG_EXP2_H1));
+  } else {
+    p = v_fma(v_set1(ZG_EXP2_G5), f, v_set1(ZG_EXP2_G4));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G3));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G2));
+    p = v_fma(p, f, v_set1(ZG_EXP2_G1));
+  }
   return v_scalef(v_fma(p, f, one), k);
 #else
+  (void)bf;
   const V shifter = v_set1(0x1.8p23f);
   V zc = v_max(v_set1(-89.0f), v_min(v_set1(-ZG_EXP_LO), z));
   V j = v_fnma(zc, v_set1(ZG_EXP_LOG2E), shifter);
@@ -375,14 +384,15 @@ ZG_INLINE V exp_lean(V z) {
 
 /* s, 1 - s and t = 1 + z(1 - s). AVX2 and NEON: a correctly rounded division (1/2 exactly at
  * z = 0, where test_special wants dz = dout*o*s exact). */
-ZG_INLINE void sigmoid_lean(V z, V *s, V *oms, V *t) {
+ZG_INLINE void sigmoid_lean(int bf, V z, V *s, V *oms, V *t) {
   const V one = v_set1(1.0f);
-  V e = exp_lean(z);
+  V e = exp_lean(z, bf);
   V d = v_add(one, e);
 #if VEC_HAS_AVX512
   V r = v_rcp14(d);
-  r = v_fma(r, v_fnma(d, r, one), r); /* t's error near the root needs it, bfloat16 too */
+  if (!bf) r = v_fma(r, v_fnma(d, r, one), r);
 #else
+  (void)bf;
   V r = v_div(one, d);
 #endif
   *s = r;
@@ -395,7 +405,7 @@ ZG_INLINE void sigmoid_lean(V z, V *s, V *oms, V *t) {
  * |t| < 2^-6 (z within ~1e-8 of the root makes t smaller than its error), go to gate_fix. */
 ZG_INLINE void gate_fast(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
   V s, oms, t, a0, a1 = v_zero(), chk;
-  sigmoid_lean(x1, &s, &oms, &t);
+  sigmoid_lean(bf, x1, &s, &oms, &t);
   if (op == ZG_BWD) {
     a0 = v_mul(v_mul(x0, x2), v_mul(s, t));
     a1 = v_mul(v_mul(x0, x1), s);

@@ -70,7 +70,7 @@
 #define ZG_EXP_Q4 0x1.6d4324p-10f
 #define ZG_EXP_Q5 0x1.a124f2p-13f
 
-/* ---- the 16-bit recipe: only for problems whose outputs are all float16/bfloat16 --------
+/* ---- the fast recipe: only for problems whose outputs are all float16/bfloat16 ----------
  *
  * A 16-bit output passes the policy when the float32 value f it is rounded from is within
  * half an ulp of the type of the float64 reference (|f - ref| <= 2^-9 |ref| for bfloat16,
@@ -78,28 +78,27 @@
  * float32 bound of the scale (4 ulp_f32(scale)); the rounding to the type then adds at most
  * the other half ulp. That is ~1000x looser than the float32 bar away from the root, so:
  *
- *   E  = exp(-z), within ~2.2e-7 relative where |z| < ~20 (the root included):
- *        AVX2, NEON: steps 1-3 above without c on x = -z, z clamped to [-89, -ZG_EXP_LO]
- *        (k by the shifter, -r = z + k ln2 in two fmas, so the negation costs nothing),
- *        p = 1 + r(F1 + r(F2 + r(F3 + r(F4 + r F5)))) by Horner in -r (odd coefficients
- *        negated) (our fit: weighted least squares on the relative error at Chebyshev nodes
- *        of [-ln2/2, ln2/2], |p/exp(r) - 1| <= 9.3e-8 with the float coefficients), then 2^k
- *        as in step 5. Error <= 9.3e-8 + 2^-24 (p) + r's rounding < 1.7e-7. k = 128 (z below
- *        ~-88.4) gives E = +inf.
- *        AVX-512: y = -z log2(e) (rounded: ulp(y)/2 ln2 relative, 4e-8 at the root, 5e-6 at
+ *   E  = exp(-|z|), within ~2.2e-7 relative where |z| < ~20 (the root included):
+ *        AVX2: steps 1-3 above without c (x = max(-|z|, ZG_EXP_LO), k by the shifter,
+ *        r = x - k ln2 in two fmas), p = 1 + r(F1 + r(F2 + r(F3 + r(F4 + r F5)))) by Horner
+ *        (our fit: weighted least squares on the relative error at Chebyshev nodes of
+ *        [-ln2/2, ln2/2], |p/exp(r) - 1| <= 9.3e-8 with the float coefficients), then 2^k
+ *        as in step 5. Error <= 9.3e-8 + 2^-24 (p) + r's rounding < 1.7e-7.
+ *        AVX-512: y = -|z| log2(e) (rounded: ulp(y)/2 ln2 relative, 4e-8 at the root, 5e-6 at
  *        |z| = 100 where 2^-9 is all that is needed), f = y - round(y) by VREDUCEPS (exact),
  *        p = 1 + f(G1 + ... f G5) (|p/2^f - 1| <= 1.07e-7), E = scalef(p, round(y)): one
- *        rounding, subnormal results too, +inf once y passes 128.
- *        Subnormal E (z > 87) adds <= 2^-150 absolute.
- *   d  = 1 + E; s = 1/d: AVX-512 rcp14 (2^-14) and one Newton step (~2^-28 before
- *        rounding); AVX2 and NEON a division (correctly rounded: 1/2 exactly at z = 0, where
- *        test_special wants dz = dout*o*s exact). 1 - s = E s (no cancellation either side).
- *        rel. error: s <= 2^-24 (d) + E/(1+E) * 2.2e-7 + 2^-24 + 2^-28 <= 2.3e-7,
- *        1 - s <= 2.2e-7 + 2.3e-7 + 2^-24 <= 5.1e-7. No selects on the sign of z.
- *        E = +inf (z below ~-88.4, where s is below float32's normal range) gives s = 0 and
- *        1 - s = NaN: such lanes go to the float64 formula (cold lanes below).
- *   t  = fma(z, 1 - s, 1): at the root t's absolute error is |z| times 1 - s's, at most
- *        ~1.28 * 0.78 * 5.1e-7 ~ 5.1e-7.
+ *        rounding, subnormal results too; y = -inf (|z| = inf) gives f = 0 and E = 0.
+ *        Subnormal E (z < -87) adds <= 2^-150 absolute.
+ *   d  = 1 + E; r = 1/d: AVX-512 rcp14 (2^-14) and one Newton step (~2^-28 before
+ *        rounding); AVX2 a division (correctly rounded: 1/2 exactly at z = 0, where
+ *        test_special wants dz = dout*o*s exact). er = E * r.
+ *        rel. error: r <= 2^-24 (d) + E/(1+E) * 2.2e-7 + 2^-24 + 2^-28 <= 2.3e-7,
+ *        er <= 2.2e-7 + 2.3e-7 + 2^-24 <= 5.1e-7.
+ *   z >= 0: s = r, 1-s = er;  z < 0 (sign bit): s = er, 1-s = r   (no cancellation)
+ *   t  AVX-512: fma(z, 1-s, 1).  AVX2 and the bfloat16 variant below: (d + z w) r with
+ *        w = 1 for z < 0 and w = E for z >= 0 (the same value, (1 + E + z(1-s)(1+E))/(1+E));
+ *        at the root d + z is exact (Sterbenz), so only d's rounding and E's error reach t
+ *        in absolute terms and r's error only scales it.
  *   dz = (dout*o) * (s*t);  dos = (dout*z) * s;  out = (o*z) * s
  *        The products of two inputs come first: if one underflows, the result is at most
  *        ~1.1x it (|s t| <= 1.1, s <= 1), so its absolute error (<= 2^-150) stays inside the
@@ -117,14 +116,21 @@
  *        overflow from finite float32 products, so those runs skip the test.
  * Error away from the root: s, 1-s, t each <= ~5e-7 relative, so dz and dos are within
  *   ~1.5e-6 relative: 2^-9 / 1.5e-6 ~ 1300x inside for bfloat16, 160x for float16.
- * At the root (lanes with |t| >= 2^-6 only, the rest are float64): t's absolute error is at
- *   most ~5.1e-7, so dz is off by at most ~5.1e-7 |dout*o| s, against 4 ulp_f32(scale) >=
- *   4 * 2^-24 * 2 s |dout*o| = 4.8e-7 s |dout*o| (1 + |z|(1-s) = 2 there) plus the half ulp of
- *   the type; measured (test_simd_fast) within 0.28 of the float32 bound alone.
+ * At the root (z < 0 there, so 1-s = r; lanes with |t| >= 2^-6 only, the rest are float64):
+ *   t's absolute error is at most ~|z|(1-s) * 2.3e-7 ~ 2.3e-7 (AVX-512 fma form) or
+ *   0.78 * 1.3e-7 (the (d + z w) r form), so dz is off by at most ~2.3e-7 |dout*o| s,
+ *   against 4 ulp_f32(scale) >= 4 * 2^-24 * 2 s |dout*o| = 4.8e-7 s |dout*o| (1 + |z|(1-s) =
+ *   2 there): half the float32 clause alone, before the half ulp of the type.
  * Subnormal s (z < -87): s is off by at most ~2^-149 absolute, so dz by |dout*o| |t| 2^-149
  *   and dos by |dout*z| 2^-149: a quarter of the absolute allowance A of the policy.
- * bfloat16 rows (z is a bfloat16 too, at least 2.8e-3 from the root, where |t| >= 1.5e-3):
- *   the same recipe without the root test; t stays within ~3.4e-4 relative there.
+ * bfloat16 variant (AVX-512's bfloat16 row kernels, so z is a bfloat16 too; bfloat16 keeps 8
+ *   bits, so 2^-9 relative is the whole budget): the exp's polynomial of degree 4 (H1..H4,
+ *   |p/2^f - 1| <= 2.9e-6), no Newton step, r = rcp14(d) (|error| <= 2^-14), and the
+ *   (d + z w) r form of t, whose absolute error is then ~0.78 * (0.28 * 3e-6 + 2^-24) ~ 7e-7.
+ *   A bfloat16 z is at least 2.8e-3 from the root, where |t| >= 2.7e-3: t stays within
+ *   2.5e-4 relative, and rcp14's error only scales it. Everywhere dz, dos and out are within
+ *   ~3.5e-4 = 2^-11.5 relative, under a fifth of the half ulp of bfloat16. (With a float32 z
+ *   this variant would not do: t can be ~1e-8.)
  * Measured: tests/simd/test_simd_fast.c (both forms vs the policy oracle, and dz's float32
  *   value near the root) and the policy checks of test_accuracy / test_special / `zgate
  *   check` (bound_ratio in docs/perf-notes.md). */
@@ -135,6 +141,11 @@
 #define ZG_EXP2_G3 0x1.c6b75ap-5f
 #define ZG_EXP2_G4 0x1.3ceb6cp-7f
 #define ZG_EXP2_G5 0x1.5bb92ap-10f
+/* Degree 4, the bfloat16 variant's (bfloat16 z only): |p/2^f - 1| <= 2.9e-6. */
+#define ZG_EXP2_H1 0x1.62e12ap-1f
+#define ZG_EXP2_H2 0x1.ec0380p-3f
+#define ZG_EXP2_H3 0x1.c9fdeep-5f
+#define ZG_EXP2_H4 0x1.3a022ap-7f
 #define ZG_EXP_F1 0x1.fffff6p-1f
 #define ZG_EXP_F2 0x1.fffdc0p-2f
 #define ZG_EXP_F3 0x1.555a76p-3f
