@@ -7,7 +7,7 @@
  *
  * The recipes are documented in simd_exp.h: the accurate one for float32 outputs (bwd, fwd,
  * the float32 row kernels), the cheap one when every output is 16-bit (bwd16, fwd16 and the
- * float16/bfloat16 row kernels, where the mapping has VEC_HAS_ROWS). AVX2 and NEON use the
+ * float16/bfloat16 row kernels, where the mapping has VEC_HAS_FAST). AVX2 and NEON use the
  * same operations in the same order and give the same bits; AVX-512 takes 1/(1 + e) from
  * rcp14 and 2^k from scalef (the same bound, not always the same bits).
  *
@@ -337,22 +337,20 @@ ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t 
   }
 }
 
-/* ---- the lean recipe (simd_exp.h, "16-bit recipe"): problems with 16-bit outputs only ----
- * s = 1/(1 + exp(-z)), 1 - s = exp(-z) s, t = 1 + z(1 - s): one division (AVX-512: rcp14,
- * plus one Newton step unless bf) and no selects. bf selects the bfloat16 variant, a constant
- * at every call site (AVX-512: the exp's degree-4 polynomial, no Newton step; every ISA: no
- * root test, a bfloat16 z is never within 2.8e-3 of the root). */
+#if VEC_HAS_FAST
+/* ---- the cheap recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ----
+ * bf selects the bfloat16 variant, a constant at every call site: on AVX-512 the exp's
+ * degree-4 polynomial, rcp14 without the Newton step and t = (d + z w) r; on every ISA it
+ * drops the root test (bfloat16 runs: a bfloat16 z is never within 2.8e-3 of the root). */
 
-/* exp(-z), NaN for NaN. AVX2 and NEON: z clamped to [-89, -ZG_EXP_LO] (NaN passes both
- * clamps), k by the shifter, -r = z + k ln2 in two fmas, the degree-5 polynomial F in -r (odd
- * coefficients negated: the negation costs no instruction), 2^k as exp_scale; within ~1.7e-7
- * relative for normal results; k = 128 (z < ~-88.4) gives +inf. AVX-512: y = -z log2(e),
- * f = y - round(y) by VREDUCEPS, 2^f by G (or H with bf), scalef (+inf for large y). An
- * infinite exp makes 1 - s = inf * 0 = NaN, which sends the lane to gate_fix. */
-ZG_INLINE V exp_lean(V z, int bf) {
+/* exp(-|z|) (NaN for NaN). AVX2: Cody-Waite, the degree-5 polynomial F, 2^k as exp_scale;
+ * within ~1.7e-7 relative for normal results. AVX-512: y = -|z| log2(e), f = y - round(y)
+ * by VREDUCEPS, 2^f by G (or H with bf), scalef; no clamp needed (y = -inf gives f = 0 and
+ * scalef(p, -inf) = 0). */
+ZG_INLINE V exp_fast(V z, int bf) {
   const V one = v_set1(1.0f);
 #if VEC_HAS_AVX512
-  V y = v_mul(z, v_set1(-ZG_EXP_LOG2E));
+  V y = v_mul(v_negabs(z), v_set1(ZG_EXP_LOG2E));
   V f = v_reduce(y);
   V k = v_sub(y, f); /* round(y), exact */
   V p;
@@ -370,34 +368,37 @@ ZG_INLINE V exp_lean(V z, int bf) {
 #else
   (void)bf;
   const V shifter = v_set1(0x1.8p23f);
-  V zc = v_max(v_set1(-89.0f), v_min(v_set1(-ZG_EXP_LO), z));
-  V j = v_fnma(zc, v_set1(ZG_EXP_LOG2E), shifter);
+  V x = v_max(v_set1(ZG_EXP_LO), v_negabs(z));
+  V j = v_fma(x, v_set1(ZG_EXP_LOG2E), shifter);
   V k = v_sub(j, shifter);
-  V nr = v_fma(k, v_set1(ZG_EXP_LN2_LO), v_fma(k, v_set1(ZG_EXP_LN2_HI), zc)); /* -r */
-  V p = v_fma(v_set1(-ZG_EXP_F5), nr, v_set1(ZG_EXP_F4));
-  p = v_fma(p, nr, v_set1(-ZG_EXP_F3));
-  p = v_fma(p, nr, v_set1(ZG_EXP_F2));
-  p = v_fma(p, nr, v_set1(-ZG_EXP_F1));
-  return exp_scale(v_fma(p, nr, one), j, k, v_lt_bits(v_set1(87.0f), zc) != 0);
+  V r = v_fnma(k, v_set1(ZG_EXP_LN2_LO), v_fnma(k, v_set1(ZG_EXP_LN2_HI), x));
+  V p = v_fma(v_set1(ZG_EXP_F5), r, v_set1(ZG_EXP_F4));
+  p = v_fma(p, r, v_set1(ZG_EXP_F3));
+  p = v_fma(p, r, v_set1(ZG_EXP_F2));
+  p = v_fma(p, r, v_set1(ZG_EXP_F1));
+  return exp_scale(v_fma(p, r, one), j, k, v_lt_bits(x, v_set1(-87.0f)) != 0);
 #endif
 }
 
-/* s, 1 - s and t = 1 + z(1 - s). AVX2 and NEON: a correctly rounded division (1/2 exactly at
- * z = 0, where test_special wants dz = dout*o*s exact). */
-ZG_INLINE void sigmoid_lean(int bf, V z, V *s, V *oms, V *t) {
+/* s, 1 - s and t = 1 + z(1 - s). r = 1/(1 + E): AVX2 a division (1/2 exactly at z = 0,
+ * where test_special wants dz = dout*o*s exact), AVX-512 rcp14 and one Newton step (none
+ * with bf). t = (d + z w) r with w = 1 for z < 0, E for z >= 0 (at the root only d's
+ * rounding and E's error reach t), except AVX-512 without bf: fma(z, 1 - s, 1). */
+ZG_INLINE void sigmoid_fast(int bf, V z, V *s, V *oms, V *t) {
   const V one = v_set1(1.0f);
-  V e = exp_lean(z, bf);
+  V e = exp_fast(z, bf);
   V d = v_add(one, e);
 #if VEC_HAS_AVX512
   V r = v_rcp14(d);
   if (!bf) r = v_fma(r, v_fnma(d, r, one), r);
 #else
-  (void)bf;
   V r = v_div(one, d);
 #endif
-  *s = r;
-  *oms = v_mul(e, r);
-  *t = v_fma(z, *oms, one);
+  V er = v_mul(e, r);
+  *s = v_sel_neg(z, er, r);
+  *oms = v_sel_neg(z, r, er);
+  if (VEC_HAS_AVX512 && !bf) *t = v_fma(z, *oms, one);
+  else *t = v_mul(v_fma(z, v_sel_neg(z, one, e), d), r);
 }
 
 /* dz = (dout*o) * (s*t), dos = (dout*z) * s, out = (o*z) * s: the products of two inputs
@@ -405,14 +406,14 @@ ZG_INLINE void sigmoid_lean(int bf, V z, V *s, V *oms, V *t) {
  * |t| < 2^-6 (z within ~1e-8 of the root makes t smaller than its error), go to gate_fix. */
 ZG_INLINE void gate_fast(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
   V s, oms, t, a0, a1 = v_zero(), chk;
-  sigmoid_lean(bf, x1, &s, &oms, &t);
+  sigmoid_fast(bf, x1, &s, &oms, &t);
   if (op == ZG_BWD) {
     a0 = v_mul(v_mul(x0, x2), v_mul(s, t));
     a1 = v_mul(v_mul(x0, x1), s);
     chk = v_add(a0, a1);
   } else {
     a0 = v_mul(v_mul(x0, x1), s);
-    chk = v_add(a0, oms); /* 1 - s is NaN where exp(-z) overflowed (s = 0, wrong below ~-88.4) */
+    chk = a0;
   }
   unsigned bad = v_nonfinite_bits(chk);
   if (op == ZG_BWD && !bf) bad |= v_lt_bits(v_abs(t), v_set1(0x1p-6f));
@@ -434,8 +435,6 @@ ZG_INLINE void fast_kernel(int op, float *o0, float *o1, const float *i0, const 
   }
 }
 ZG_KERNEL_FNS(16_kernel, fast_kernel)
-
-#if VEC_HAS_ROWS
 
 /* 16-bit rows: 2*VL elements per step, widened and narrowed in registers (the
  * mapping's v2_ld_run / v2_st_run; with cvt, AVX512_BF16's narrowing). */
@@ -475,7 +474,7 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
   for (; i + step <= n; i += step) fast_step(op, dt, cvt, out, in, i * es, nt, nt);
   if (i < n) fast_part(op, dt, out, in, i * es, n - i);
 }
-#endif /* VEC_HAS_ROWS */
+#endif /* VEC_HAS_FAST */
 
 /* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator and dtype: CALL(op, out,
  * in, len, nt) on each row. */
@@ -492,7 +491,7 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
   ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, CALL) \
   ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, CALL)
 #define ZG_NOATTR
-#if VEC_HAS_ROWS
+#if VEC_HAS_FAST
 #define ZG_CALL_F16(op, out, in, n, nt) row_fast(op, ZG_F16, 0, out, in, n, nt)
 #define ZG_CALL_BF16(op, out, in, n, nt) row_fast(op, ZG_BF16, 0, out, in, n, nt)
 ZG_ROWS_FNS(f32, ZG_NOATTR, row_acc)
@@ -506,16 +505,16 @@ ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
 
 /* ---- the tables --------------------------------------------------------------------------- */
 
-#if VEC_HAS_ROWS
+#if VEC_HAS_FAST
 #define ZG_TABLE(BF16_ROWS)                                                                      \
   {VEC_NAME,         {load_f32, load_f16, load_bf16},       {store_f32, store_f16, store_bf16}, \
    bwd_kernel,       fwd_kernel,                            bwd16_kernel,                       \
    fwd16_kernel,     {bwd_rows_f32, bwd_rows_f16, bwd_rows_##BF16_ROWS},                       \
    {fwd_rows_f32, fwd_rows_f16, fwd_rows_##BF16_ROWS}}
-#else /* staged only; streaming is ignored */
+#else /* staged only; 16-bit outputs take the float kernels; streaming is ignored */
 #define ZG_TABLE(BF16_ROWS)                                                                      \
   {VEC_NAME, {load_f32, load_f16, load_bf16}, {store_f32, store_f16, store_bf16}, bwd_kernel,   \
-   fwd_kernel, bwd16_kernel, fwd16_kernel, {NULL, NULL, NULL}, {NULL, NULL, NULL}}
+   fwd_kernel, NULL, NULL, {NULL, NULL, NULL}, {NULL, NULL, NULL}}
 #endif
 
 static const zg_cpu_kernels simd_kernels = ZG_TABLE(bf16);

@@ -28,7 +28,7 @@ typedef int32x4_t VI;
 #define VEC_ISA neon
 #define VEC_NAME "neon"
 #define VEC_CHUNK 64
-#define VEC_HAS_ROWS 0 /* staged only (no v2_ld_run / v2_st_run) */
+#define VEC_HAS_FAST 0 /* float kernels only: 16-bit outputs take the accurate recipe */
 #define VEC_HAS_STREAM 0
 #define VEC_HAS_AVX512 0
 #define VEC_HAS_BF16CVT 0
@@ -40,7 +40,6 @@ static inline V v_sub(V a, V b) { return vsubq_f32(a, b); }
 static inline V v_mul(V a, V b) { return vmulq_f32(a, b); }
 static inline V v_div(V a, V b) { return vdivq_f32(a, b); }
 static inline V v_max(V a, V b) { return vmaxq_f32(a, b); } /* NaN when either is NaN */
-static inline V v_min(V a, V b) { return vminq_f32(a, b); } /* NaN when either is NaN */
 static inline V v_fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
 static inline V v_fnma(V a, V b, V c) { return vfmsq_f32(c, a, b); }
 static inline V v_fms(V a, V b, V c) { return vfmaq_f32(vnegq_f32(c), a, b); }

@@ -18,7 +18,6 @@ static inline V v_sub(V a, V b) { return ZG_PS(sub)(a, b); }
 static inline V v_mul(V a, V b) { return ZG_PS(mul)(a, b); }
 static inline V v_div(V a, V b) { return ZG_PS(div)(a, b); }
 static inline V v_max(V a, V b) { return ZG_PS(max)(a, b); } /* b when either is NaN */
-static inline V v_min(V a, V b) { return ZG_PS(min)(a, b); } /* b when either is NaN */
 /* a*b + c, c - a*b, a*b - c: each one rounding */
 static inline V v_fma(V a, V b, V c) { return ZG_PS(fmadd)(a, b, c); }
 static inline V v_fnma(V a, V b, V c) { return ZG_PS(fnmadd)(a, b, c); }
