@@ -481,9 +481,11 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
 #define ZG_ROWS_FN(name, ATTR, op, CALL)                                                         \
   ATTR static void name(const zg_rows *r) {                                                      \
     for (int64_t k = 0; k < r->count; k++) {                                                     \
-      char *out[2] = {r->out[0] + k * r->out_step[0], r->out[1] + k * r->out_step[1]};           \
+      /* fwd's in[2] and out[1] are NULL: never offset */                                      \
+      char *out[2] = {r->out[0] + k * r->out_step[0],                                            \
+                      op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
       const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
-                           r->in[2] + k * r->in_step[2]};                                        \
+                           op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
       CALL(op, out, in, r->len, r->nt);                                                          \
     }                                                                                            \
   }
