@@ -87,15 +87,9 @@ int zgate_cuda_built(void) {
 }
 
 const char *zgate_build_info(void) {
-  static _Thread_local char buf[320];
-  char pf[96];
-  const long long rows = (long long)zg_cpu_prefetch(INT64_MAX), short_rows = (long long)zg_cpu_prefetch(0);
-  if (rows == short_rows)
-    snprintf(pf, sizeof pf, "%lld B", rows);
-  else
-    snprintf(pf, sizeof pf, "%lld B, %lld B on rows under %d KiB", rows, short_rows, ZG_PREFETCH_SHORT_ROW / 1024);
-  snprintf(buf, sizeof buf, "zgate %s; cpu paths built: %s; cpu path chosen: %s; cpu prefetch: %s; cuda: %s",
-           zgate_version(), zgate_cpu_isas_built(), zgate_cpu_isa_chosen(), pf,
+  static _Thread_local char buf[256];
+  snprintf(buf, sizeof buf, "zgate %s; cpu paths built: %s; cpu path chosen: %s; cuda: %s",
+           zgate_version(), zgate_cpu_isas_built(), zgate_cpu_isa_chosen(),
            zgate_cuda_built() ? "built" : "not built");
   return buf;
 }

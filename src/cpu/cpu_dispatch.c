@@ -10,8 +10,6 @@
  *                            name this build or CPU cannot run) or ZGATE_ERR_OPTIONS (an
  *                            unknown name), and the message says why. Silently running
  *                            another path would make a forced test run prove nothing.
- * ZGATE_CPU_PREFETCH (bytes; a tuning knob, so a bad value falls back to the default): see
- * zg_cpu_prefetch in cpu_kernels.h.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -206,54 +204,6 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
                    "environment: ZGATE_CPU_ISA=\"%s\" forces a path that is %s (built: %s)",
                    zg_default.env, zg_why_unavailable(zg_default.built), zgate_cpu_isas_built());
   return ZGATE_OK;
-}
-
-/* ---- prefetch distance (cpu_kernels.h) -------------------------------------------------- */
-
-static int64_t zg_prefetch_long, zg_prefetch_short; /* rows of >= / < ZG_PREFETCH_SHORT_ROW */
-static pthread_once_t zg_prefetch_once = PTHREAD_ONCE_INIT;
-
-/* The x86 vendor ('I' Intel, 'A' AMD, 0 other or not x86) and the family (CPUID leaf 1:
- * base family plus extended family where the base is 0xf). */
-static int zg_cpu_vendor(unsigned *family) {
-  *family = 0;
-#ifdef ZG_X86
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
-  char v[13];
-  memcpy(v, &b, 4);
-  memcpy(v + 4, &d, 4);
-  memcpy(v + 8, &c, 4);
-  v[12] = 0;
-  if (__get_cpuid(1, &a, &b, &c, &d)) {
-    const unsigned base = (a >> 8) & 0xf;
-    *family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
-  }
-  return strcmp(v, "GenuineIntel") == 0 ? 'I' : strcmp(v, "AuthenticAMD") == 0 ? 'A' : 0;
-#else
-  return 0;
-#endif
-}
-
-static void zg_prefetch_init(void) {
-  const char *env = getenv("ZGATE_CPU_PREFETCH");
-  if (env && *env) {
-    char *end;
-    long long v = strtoll(env, &end, 10);
-    if (*end == 0 && v >= 0 && v <= (1 << 20)) {
-      zg_prefetch_long = zg_prefetch_short = v;
-      return;
-    }
-  }
-  unsigned family;
-  const int vendor = zg_cpu_vendor(&family);
-  zg_prefetch_long = vendor == 'I' ? 4096 : 0;
-  zg_prefetch_short = vendor == 'I' || (vendor == 'A' && family >= 0x1a) ? 4096 : 0;
-}
-
-int64_t zg_cpu_prefetch(int64_t row_bytes) {
-  pthread_once(&zg_prefetch_once, zg_prefetch_init);
-  return row_bytes < ZG_PREFETCH_SHORT_ROW ? zg_prefetch_short : zg_prefetch_long;
 }
 
 /* ---- public queries -------------------------------------------------------------------- */

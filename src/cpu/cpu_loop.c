@@ -8,21 +8,19 @@
  *    same code whichever thread runs its item: results are bit-identical for any
  *    num_threads. Items go to OpenMP threads with a static schedule (contiguous ranges of
  *    memory per thread, which streaming stores and prefetchers like).
- * 3. Per item, blocks of up to ZG_CPU_BLOCK elements gathered from one or more row pieces:
- *    widen each input into float staging (a float32 input contiguous over the whole block
- *    is used in place, no copy), run the ISA's float kernel, narrow into each output.
- *    In place (dout_scaled is dout) is safe: a block is read entirely before it is written.
- *    When every output is float16/bfloat16 the float kernel is the ISA's cheaper bwd16/fwd16
- *    (simd_exp.h), if it has one.
- * 4. Fused instead of 3, when the ISA has a run kernel for the dtype, all tensors share
- *    that dtype, every tensor's innermost normalized dim is contiguous and rows are at
- *    least ZG_FUSED_MIN_ROW long (dense tensors; Z as an input-projection view): each row
- *    piece of an item goes straight to the run kernel, which widens, computes and narrows
- *    in registers. The choice depends on the problem only (step 2's rule holds).
- * 5. Shared output lines, in step 4, for outputs written non-temporally: where a row piece
- *    does not start on a cache line (Z as a projection view, dz and dout_scaled dense but
- *    not 64-byte aligned), the line it shares with the previous piece is assembled on the
- *    thread and streamed whole (zg_carry), instead of written by ordinary stores twice.
+ * 3. Rows, when the ISA has a row kernel for the dtype, all tensors share that dtype, every
+ *    tensor's innermost dim is contiguous and rows are at least ZG_ROW_MIN long (dense
+ *    tensors; Z as an input-projection view): the item's rows go to the row kernel in
+ *    batches (cpu_kernels.h, zg_rows), which widens, computes and narrows in registers.
+ * 4. Else staged: per item, blocks of up to ZG_CPU_BLOCK elements gathered from one or more
+ *    row pieces: widen each input into float staging (a float32 input contiguous over the
+ *    whole block is used in place, no copy), run the ISA's float kernel, narrow into each
+ *    output. When every output is float16/bfloat16 the float kernel is the ISA's cheaper
+ *    bwd16/fwd16 (simd_exp.h), if it has one.
+ * In place (dout_scaled is dout) is safe in both: an element is read before it is written.
+ * Outputs that are dense and large are written non-temporally (ZG_STREAM_BYTES); in step 3
+ * only where their rows start on 64-byte lines (no repair of misaligned outputs: they take
+ * ordinary stores).
  */
 #include <string.h>
 
@@ -43,22 +41,15 @@
 /* Non-temporal stores only for dense outputs bigger than a typical L2/L3 share. */
 #define ZG_STREAM_BYTES ((int64_t)4 << 20)
 /* Shorter rows go through staging, which packs several rows into one block. */
-#define ZG_FUSED_MIN_ROW ((int64_t)32)
+#define ZG_ROW_MIN ((int64_t)32)
 
 typedef struct zg_plan {
+  const zg_problem *p;
   int nt, n_in;            /* tensors, of which inputs */
-  int ndim;                /* the problem's collapsed dims, >= 1; dim ndim-1 innermost */
-  int64_t size[ZG_MAX_DIMS];
-  int64_t stride[5][ZG_MAX_DIMS]; /* elements, per tensor and dim */
-  char *base[5];
-  int64_t esize[5];
-  int dtype[5];
-  int streaming[5];
-  int64_t numel;
-  int fused;               /* dtype of all tensors when step 4 applies, else -1 */
-  int any_streaming;       /* some output is written non-temporally (a fence at the end) */
-  int carry;               /* step 5 applies: fused, a streaming output, the ISA streams */
-  int64_t prefetch;        /* the fused runs' software prefetch distance (zg_cpu_prefetch) */
+  int streaming[5];        /* step 4: this output is written non-temporally */
+  int any_streaming;       /* some output is (a fence at the end) */
+  zg_rows_fn rows;         /* step 3's kernel, or NULL: staged */
+  int rows_nt;             /* step 3: every output streams and its rows start on lines */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
@@ -70,43 +61,44 @@ typedef struct zg_seg {
   int32_t len, dst;
 } zg_seg;
 
+static int64_t zg_esize(const zg_plan *pl, int t) { return zg_dtype_size(pl->p->t[t].dtype); }
+
 static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan *pl) {
   memset(pl, 0, sizeof *pl);
+  pl->p = p;
   pl->nt = p->n_in + p->n_out;
   pl->n_in = p->n_in;
-  pl->numel = p->numel;
-  const int n = pl->ndim = p->ndim;
-  for (int d = 0; d < n; d++) pl->size[d] = p->shape[d];
-  for (int t = 0; t < pl->nt; t++) {
-    pl->base[t] = p->t[t].data;
-    pl->dtype[t] = (int)p->t[t].dtype;
-    pl->esize[t] = zg_dtype_size(p->t[t].dtype);
-    for (int d = 0; d < n; d++) pl->stride[t][d] = p->t[t].strides[d];
-  }
+  const int inner = p->ndim - 1;
 
   /* streaming: the output covers exactly numel elements (dense in its own layout) with a
    * unit inner stride, and is large enough that caching it would only evict the inputs */
   for (int t = pl->n_in; t < pl->nt; t++) {
     int64_t extent = 1;
-    for (int d = 0; d < n; d++) extent += (pl->size[d] - 1) * pl->stride[t][d];
-    pl->streaming[t] = extent == pl->numel && pl->stride[t][n - 1] == 1 &&
-                       pl->numel * pl->esize[t] >= ZG_STREAM_BYTES;
+    for (int d = 0; d < p->ndim; d++) extent += (p->shape[d] - 1) * p->t[t].strides[d];
+    pl->streaming[t] = extent == p->numel && p->t[t].strides[inner] == 1 &&
+                       p->numel * zg_esize(pl, t) >= ZG_STREAM_BYTES;
+    pl->any_streaming |= pl->streaming[t];
   }
 
-  /* kernels: the cheap recipe when no output is float32; fused runs when step 4 applies */
+  /* kernels: the cheap recipe when no output is float32; rows when step 3 applies */
   int out16 = 1, same = 1, contiguous = 1;
+  const int dt = (int)p->t[0].dtype;
   for (int t = 0; t < pl->nt; t++) {
-    if (t >= pl->n_in && pl->dtype[t] == ZG_F32) out16 = 0;
-    if (pl->dtype[t] != pl->dtype[0]) same = 0;
-    if (pl->stride[t][n - 1] != 1) contiguous = 0;
+    if (t >= pl->n_in && p->t[t].dtype == ZG_F32) out16 = 0;
+    if ((int)p->t[t].dtype != dt) same = 0;
+    if (p->t[t].strides[inner] != 1) contiguous = 0;
   }
   pl->bwd = out16 && kt->bwd16 ? kt->bwd16 : kt->bwd;
   pl->fwd = out16 && kt->fwd16 ? kt->fwd16 : kt->fwd;
-  int has_run = pl->n_in == 3 ? kt->bwd_run[pl->dtype[0]] != NULL : kt->fwd_run[pl->dtype[0]] != NULL;
-  pl->fused = same && contiguous && has_run && pl->size[n - 1] >= ZG_FUSED_MIN_ROW ? pl->dtype[0] : -1;
-  for (int t = pl->n_in; t < pl->nt; t++) pl->any_streaming |= pl->streaming[t];
-  pl->carry = pl->fused >= 0 && pl->any_streaming && kt->stream_line != NULL;
-  pl->prefetch = pl->fused >= 0 ? zg_cpu_prefetch(pl->size[n - 1] * pl->esize[0]) : 0;
+  zg_rows_fn rows = pl->n_in == 3 ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
+  if (!(same && contiguous && rows && p->shape[inner] >= ZG_ROW_MIN)) return;
+  pl->rows = rows;
+  pl->rows_nt = 1;
+  for (int t = pl->n_in; t < pl->nt; t++) {
+    int ok = pl->streaming[t] && ((uintptr_t)p->t[t].data & 63u) == 0;
+    for (int d = 0; d < inner; d++) ok &= (p->t[t].strides[d] * zg_esize(pl, t)) % 64 == 0;
+    pl->rows_nt &= ok;
+  }
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -126,19 +118,19 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
 
 static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_seg *seg,
                          int nseg, int bn, float (*stage)[ZG_CPU_BLOCK]) {
-  const int inner = pl->ndim - 1;
+  const int inner = pl->p->ndim - 1;
   const float *in[3];
   for (int t = 0; t < pl->n_in; t++) {
-    const int64_t st = pl->stride[t][inner];
-    int direct = pl->dtype[t] == ZG_F32 && st == 1;
+    const int64_t st = pl->p->t[t].strides[inner];
+    int direct = pl->p->t[t].dtype == ZG_F32 && st == 1;
     for (int s = 1; s < nseg && direct; s++)
       direct = seg[s].off[t] == seg[s - 1].off[t] + seg[s - 1].len;
     if (direct) { /* float32, contiguous over the whole block: read it in place */
-      in[t] = (const float *)(pl->base[t] + seg[0].off[t] * 4);
+      in[t] = (const float *)(pl->p->t[t].data + seg[0].off[t] * 4);
       continue;
     }
     ZG_FOR_RUNS(seg, nseg, t, st, {
-      k->load[pl->dtype[t]](stage[t] + run_dst, pl->base[t] + run_off * pl->esize[t], run_len, st);
+      k->load[pl->p->t[t].dtype](stage[t] + run_dst, pl->p->t[t].data + run_off * zg_esize(pl, t), run_len, st);
     })
     in[t] = stage[t];
   }
@@ -147,193 +139,124 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
   else
     pl->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
   for (int t = pl->n_in; t < pl->nt; t++) {
-    const int64_t st = pl->stride[t][inner];
+    const int64_t st = pl->p->t[t].strides[inner];
     ZG_FOR_RUNS(seg, nseg, t, st, {
-      k->store[pl->dtype[t]](pl->base[t] + run_off * pl->esize[t], stage[t] + run_dst, run_len, st,
+      k->store[pl->p->t[t].dtype](pl->p->t[t].data + run_off * zg_esize(pl, t), stage[t] + run_dst, run_len, st,
                              pl->streaming[t]);
     })
   }
 }
 
-/* Step 4: one run kernel call over n elements: inputs in[], outputs out[] (bwd: dout, z,
- * o -> dz, dout_scaled; fwd: o, z -> out). */
-static void zg_call_run(const zg_plan *pl, const zg_cpu_kernels *k, const char *const *in, char *const *out,
-                        int64_t n, int streaming, const zg_run_next *next) {
-  if (pl->n_in == 3)
-    k->bwd_run[pl->fused](out[0], out[1], in[0], in[1], in[2], n, streaming, next);
-  else
-    k->fwd_run[pl->fused](out[0], in[0], in[1], n, streaming, next);
-}
-
-/* Step 5: the output line that a thread's row piece leaves unfinished, kept for the piece
- * that continues it. Written piecewise, each such line cost ordinary stores (a read of the
- * line first) and two partial vector steps per row, which left the rows of Z as a view with
- * outputs 16 bytes off a line (numpy's large arrays) 8-10 points below aligned ones
- * (docs/perf-notes.md, 3 December 2026). Here the inputs of the line are gathered from the two
- * pieces, computed by one whole vector step and streamed. A line the thread does not finish
- * (its items end, the next piece does not continue it) is computed from what was gathered
- * and written with ordinary stores, only those elements. Results do not depend on it: the
- * same run kernel computes every element, wherever the pieces are cut (cpu_kernels.h). */
-typedef struct zg_carry {
-  _Alignas(64) unsigned char in[3][64];  /* the line's inputs gathered so far */
-  _Alignas(64) unsigned char out[2][64]; /* its outputs, before they are streamed */
-  char *dst[2];                          /* where the line is in each output */
-  int64_t fill;                          /* elements gathered (0 = no line pending) */
-} zg_carry;
-
-/* Computes the pending line's `fill` elements; streams it when whole, else stores them. */
-static void zg_carry_flush(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *cr) {
-  if (cr->fill == 0) return;
-  const int64_t es = pl->esize[0];
-  const char *in[3] = {(char *)cr->in[0], (char *)cr->in[1], (char *)cr->in[2]};
-  const int no = pl->nt - pl->n_in;
-  char *out[2];
-  for (int o = 0; o < no; o++) out[o] = pl->streaming[pl->n_in + o] ? (char *)cr->out[o] : cr->dst[o];
-  zg_call_run(pl, k, in, out, cr->fill, 0, NULL);
-  for (int o = 0; o < no; o++) {
-    if (!pl->streaming[pl->n_in + o]) continue;
-    if (cr->fill * es == 64)
-      k->stream_line(cr->dst[o], cr->out[o]);
-    else
-      memcpy(cr->dst[o], cr->out[o], (size_t)(cr->fill * es));
-  }
-  cr->fill = 0;
-}
-
-/* Appends n elements of the inputs at in[] to the pending line. */
-static void zg_carry_gather(const zg_plan *pl, zg_carry *cr, const char *const *in, int64_t n) {
-  const int64_t es = pl->esize[0];
-  for (int t = 0; t < pl->n_in; t++) memcpy(cr->in[t] + cr->fill * es, in[t], (size_t)(n * es));
-  cr->fill += n;
-}
-
-/* One row piece of `len` elements at offsets `off` (step 4), with step 5 when cr is not
- * NULL and every streaming output is at the same place within a line. */
-static void zg_run_piece(const zg_plan *pl, const zg_cpu_kernels *k, zg_carry *cr, const int64_t *off,
-                         int64_t len, const zg_run_next *next) {
-  const int no = pl->nt - pl->n_in;
-  const int64_t es = pl->esize[0], per_line = 64 / es;
-  const char *in[3];
-  char *at[2], *to[2];
-  int streaming = 0, phase = -1, same_phase = 1;
-  for (int t = 0; t < pl->n_in; t++) in[t] = pl->base[t] + off[t] * es;
-  for (int o = 0; o < no; o++) {
-    const int t = pl->n_in + o;
-    at[o] = pl->base[t] + off[t] * es;
-    if (!pl->streaming[t]) continue;
-    streaming |= 1 << o;
-    const int ph = (int)((uintptr_t)at[o] & 63u);
-    if (ph % es != 0 || (phase >= 0 && ph != phase)) same_phase = 0;
-    phase = ph;
-  }
-  if (!cr || !same_phase) {
-    if (cr) zg_carry_flush(pl, k, cr);
-    zg_call_run(pl, k, in, at, len, streaming, next);
-    return;
-  }
-  for (int o = 0; o < no && cr->fill > 0; o++)
-    if (at[o] != cr->dst[o] + cr->fill * es) zg_carry_flush(pl, k, cr);
-
-  int64_t i = 0;
-  if (cr->fill > 0) { /* finish the line the previous piece left */
-    i = per_line - cr->fill < len ? per_line - cr->fill : len;
-    zg_carry_gather(pl, cr, in, i);
-    if (cr->fill == per_line) zg_carry_flush(pl, k, cr);
-  } else if (phase != 0) { /* nothing of this thread before it: ordinary stores up to the line */
-    i = (64 - phase) / es < len ? (64 - phase) / es : len;
-    zg_call_run(pl, k, in, at, i, 0, NULL);
-  }
-  const int64_t body = (len - i) / per_line * per_line; /* whole lines, streamed by the run */
-  const char *rest[3];
-  for (int t = 0; t < pl->n_in; t++) rest[t] = in[t] + i * es;
-  if (body > 0) {
-    /* Its prefetch runs on over the rest of the row, then into the next piece from the line
-     * of that piece's first element: the next piece's head is gathered, not run, so no step
-     * would fetch that line otherwise, and a row of Z starts a new stream the hardware
-     * prefetchers do not see coming (docs/perf-notes.md, 3 December 2026). */
-    zg_run_next on = *next;
-    on.run_on = (len - i - body) * es;
-    if (on.bytes > 0) { /* each input from its line's start, none past the piece's end */
-      int64_t back = 63;
-      for (int t = 0; t < pl->n_in; t++) {
-        const int64_t ph = (int64_t)((uintptr_t)next->in[t] & 63u);
-        on.in[t] = (const char *)((uintptr_t)next->in[t] - (uintptr_t)ph);
-        back = ph < back ? ph : back;
-      }
-      on.bytes += back;
-    }
-    for (int o = 0; o < no; o++) to[o] = at[o] + i * es;
-    zg_call_run(pl, k, rest, to, body, streaming, &on);
-    i += body;
-    for (int t = 0; t < pl->n_in; t++) rest[t] += body * es;
-  }
-  if (i < len) { /* the start of a line: gathered for the next piece */
-    for (int o = 0; o < no; o++) cr->dst[o] = at[o] + i * es;
-    zg_carry_gather(pl, cr, rest, len - i);
-  }
-}
-
-/* From the start of one row (odometer c over the outer dims, offsets off) to the next. */
-static void zg_next_row(const zg_plan *pl, int64_t *c, int64_t *off) {
-  for (int d = pl->ndim - 2; d >= 0; d--) {
-    c[d]++;
-    for (int t = 0; t < pl->nt; t++) off[t] += pl->stride[t][d];
-    if (c[d] < pl->size[d]) return;
-    c[d] = 0;
-    for (int t = 0; t < pl->nt; t++) off[t] -= pl->size[d] * pl->stride[t][d];
-  }
-}
-
-/* Elements [start, end) of the flat index space, in blocks (or fused row pieces). */
-static void zg_run_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
-                        float (*stage)[ZG_CPU_BLOCK], zg_seg *seg, zg_carry *cr) {
-  const int nd = pl->ndim, inner = nd - 1, nt = pl->nt;
-  const int64_t row_len = pl->size[inner];
-  int64_t c[ZG_MAX_DIMS] = {0};
-  int64_t off[5];
-  int64_t j = start % row_len, r = start / row_len;
+/* Where element `start` of the flat index space is: the outer dims' odometer c, the
+ * position j in its row, and each tensor's offset (elements). */
+static int64_t zg_locate(const zg_plan *pl, int64_t start, int64_t *c, int64_t *off) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1;
+  const int64_t j = start % p->shape[inner];
+  int64_t r = start / p->shape[inner];
   for (int d = inner - 1; d >= 0; d--) {
-    c[d] = r % pl->size[d];
-    r /= pl->size[d];
+    c[d] = r % p->shape[d];
+    r /= p->shape[d];
   }
-  for (int t = 0; t < nt; t++) {
-    off[t] = j * pl->stride[t][inner];
-    for (int d = 0; d < inner; d++) off[t] += c[d] * pl->stride[t][d];
+  for (int t = 0; t < pl->nt; t++) {
+    off[t] = j * p->t[t].strides[inner];
+    for (int d = 0; d < inner; d++) off[t] += c[d] * p->t[t].strides[d];
   }
+  return j;
+}
 
+/* From the start of one row to the start of the row `count` rows on (the odometer c and
+ * offsets off at a row's first element; count never passes the end of dim inner-1). */
+static void zg_next_rows(const zg_plan *pl, int64_t *c, int64_t *off, int64_t count) {
+  const zg_problem *p = pl->p;
+  int d = p->ndim - 2;
+  if (d < 0) return;
+  c[d] += count;
+  for (int t = 0; t < pl->nt; t++) off[t] += count * p->t[t].strides[d];
+  while (d >= 0 && c[d] == p->shape[d]) {
+    c[d] = 0;
+    for (int t = 0; t < pl->nt; t++) off[t] -= p->shape[d] * p->t[t].strides[d];
+    if (--d < 0) break;
+    c[d]++;
+    for (int t = 0; t < pl->nt; t++) off[t] += p->t[t].strides[d];
+  }
+}
+
+/* Step 3: elements [start, end) as batches of rows for the row kernel. */
+static void zg_rows_item(const zg_plan *pl, int64_t start, int64_t end) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1;
+  const int64_t row_len = p->shape[inner];
+  int64_t c[ZG_MAX_DIMS] = {0}, off[5];
+  int64_t j = zg_locate(pl, start, c, off);
+  for (int64_t idx = start; idx < end;) {
+    int64_t count = 1, len = row_len - j;
+    if (len > end - idx) len = end - idx;
+    zg_rows r;
+    memset(&r, 0, sizeof r); /* fwd leaves in[2] and out[1] unused */
+    if (j == 0 && len == row_len && inner > 0) { /* whole rows along dim inner-1 */
+      count = (end - idx) / row_len;
+      if (count > p->shape[inner - 1] - c[inner - 1]) count = p->shape[inner - 1] - c[inner - 1];
+    }
+    r.len = len;
+    r.count = count;
+    r.nt = pl->rows_nt;
+    for (int t = 0; t < pl->nt; t++) {
+      const int64_t es = zg_esize(pl, t), step = inner > 0 ? p->t[t].strides[inner - 1] * es : 0;
+      char *at = p->t[t].data + off[t] * es;
+      if (t < pl->n_in) {
+        r.in[t] = at;
+        r.in_step[t] = step;
+      } else {
+        r.out[t - pl->n_in] = at;
+        r.out_step[t - pl->n_in] = step;
+        r.nt &= ((uintptr_t)at & 63u) == 0; /* an item may start inside a line */
+      }
+    }
+    pl->rows(&r);
+    idx += count * len;
+    if (j + len < row_len) { /* the item ends inside this row */
+      j += len;
+      for (int t = 0; t < pl->nt; t++) off[t] += len;
+      continue;
+    }
+    for (int t = 0; t < pl->nt; t++) off[t] -= j; /* back to the row's start */
+    j = 0;
+    if (idx < p->numel) zg_next_rows(pl, c, off, count);
+  }
+}
+
+/* Step 4: elements [start, end) in blocks of staged row pieces. */
+static void zg_staged_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
+                           float (*stage)[ZG_CPU_BLOCK], zg_seg *seg) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1;
+  const int64_t row_len = p->shape[inner];
+  int64_t c[ZG_MAX_DIMS] = {0}, off[5];
+  int64_t j = zg_locate(pl, start, c, off);
   int64_t idx = start;
   while (idx < end) {
     int nseg = 0, bn = 0;
-    const int64_t cap = pl->fused >= 0 ? INT64_MAX : ZG_CPU_BLOCK;
-    while (bn < cap && idx < end) {
+    while (bn < ZG_CPU_BLOCK && idx < end) {
       int64_t len = row_len - j;
-      if (len > cap - bn) len = cap - bn;
+      if (len > ZG_CPU_BLOCK - bn) len = ZG_CPU_BLOCK - bn;
       if (len > end - idx) len = end - idx;
-      /* where the piece after this one starts: on in this row, or at the next row's start */
-      int64_t after[5] = {0}, after_len = row_len - j - len;
-      for (int t = 0; t < nt; t++) after[t] = off[t] + len * pl->stride[t][inner];
-      const int row_done = after_len == 0;
-      if (row_done && idx + len < pl->numel) {
-        for (int t = 0; t < nt; t++) after[t] -= row_len * pl->stride[t][inner];
-        zg_next_row(pl, c, after);
-        after_len = row_len;
-      }
-      if (pl->fused >= 0) {
-        zg_run_next next = {{0, 0, 0}, after_len * pl->esize[0], 0, pl->prefetch};
-        for (int t = 0; t < pl->n_in; t++) next.in[t] = pl->base[t] + after[t] * pl->esize[0];
-        zg_run_piece(pl, k, cr, off, len, &next);
-      } else {
-        zg_seg *sg = &seg[nseg++];
-        memcpy(sg->off, off, sizeof off);
-        sg->len = (int32_t)len;
-        sg->dst = bn;
-        bn += (int)len;
-      }
+      zg_seg *sg = &seg[nseg++];
+      memcpy(sg->off, off, sizeof off);
+      sg->len = (int32_t)len;
+      sg->dst = bn;
+      bn += (int)len;
       idx += len;
-      j = row_done ? 0 : j + len;
-      memcpy(off, after, sizeof off);
+      if (j + len < row_len) {
+        j += len;
+        for (int t = 0; t < pl->nt; t++) off[t] += len * p->t[t].strides[inner];
+        continue;
+      }
+      for (int t = 0; t < pl->nt; t++) off[t] -= j * p->t[t].strides[inner];
+      j = 0;
+      if (idx < p->numel) zg_next_rows(pl, c, off, 1);
     }
-    if (nseg > 0) zg_run_block(pl, k, seg, nseg, bn, stage);
+    zg_run_block(pl, k, seg, nseg, bn, stage);
   }
 }
 
@@ -355,12 +278,13 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 
   zg_plan pl;
   zg_plan_build(p, k, &pl);
-  const int64_t nitems = (pl.numel + ZG_ITEM - 1) / ZG_ITEM;
+  const int64_t nitems = (p->numel + ZG_ITEM - 1) / ZG_ITEM;
+  const int streams = pl.rows ? pl.rows_nt : pl.any_streaming;
 
   int nthreads = 1;
 #ifdef _OPENMP
   nthreads = opts->num_threads > 0 ? opts->num_threads : omp_get_max_threads();
-  if (pl.numel < ZG_PARALLEL_MIN) nthreads = 1;
+  if (p->numel < ZG_PARALLEL_MIN) nthreads = 1;
   if ((int64_t)nthreads > nitems) nthreads = (int)nitems;
   if (nthreads < 1) nthreads = 1;
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -368,18 +292,16 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
   {
     _Alignas(64) float stage[5][ZG_CPU_BLOCK];
     zg_seg seg[ZG_CPU_BLOCK];
-    zg_carry carry; /* step 5: per thread, across its items (consecutive ones continue) */
-    carry.fill = 0;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
     for (int64_t it = 0; it < nitems; it++) {
-      int64_t start = it * ZG_ITEM;
-      int64_t end = start + ZG_ITEM < pl.numel ? start + ZG_ITEM : pl.numel;
-      zg_run_item(&pl, k, start, end, stage, seg, pl.carry ? &carry : NULL);
+      const int64_t start = it * ZG_ITEM;
+      const int64_t end = start + ZG_ITEM < p->numel ? start + ZG_ITEM : p->numel;
+      if (pl.rows) zg_rows_item(&pl, start, end);
+      else zg_staged_item(&pl, k, start, end, stage, seg);
     }
-    if (pl.carry) zg_carry_flush(&pl, k, &carry);
-    if (pl.any_streaming) zg_store_fence();
+    if (streams) zg_store_fence();
   }
   (void)nthreads;
   return ZGATE_OK;

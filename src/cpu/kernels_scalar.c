@@ -49,9 +49,8 @@ static const zg_cpu_kernels zg_kernels_scalar_table = {
     zg_fwd_scalar,
     NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
     NULL,
-    {NULL, NULL, NULL}, /* no fused runs: staged */
+    {NULL, NULL, NULL}, /* no row kernels: staged */
     {NULL, NULL, NULL},
-    NULL, /* stream_line: never streams */
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_scalar(void) { return &zg_kernels_scalar_table; }

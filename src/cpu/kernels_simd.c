@@ -1,13 +1,13 @@
 /* The SIMD CPU path, written once: the exp, sigmoid, backward and forward recipes, their
- * chunk loops, tails, fix-ups, conversions and fused runs. CMake compiles this file once per
+ * chunk loops, tails, fix-ups, conversions and row kernels. CMake compiles this file once per
  * ISA with that ISA's flags and one of ZG_VEC_AVX2, ZG_VEC_AVX512, ZG_VEC_NEON defined, which
  * selects the mapping header (vec_<isa>.h: inline wrappers over the intrinsics, plus hooks
  * for what only one ISA has). Everything is static except the table getter, whose name
  * carries the ISA (zg_cpu_kernels_avx2, ...).
  *
  * The recipes are documented in simd_exp.h: the accurate one for float32 outputs (bwd, fwd,
- * the float32 fused runs), the cheap one when every output is 16-bit (bwd16, fwd16 and the
- * float16/bfloat16 fused runs, where the mapping has VEC_HAS_FAST). AVX2 and NEON use the
+ * the float32 row kernels), the cheap one when every output is 16-bit (bwd16, fwd16 and the
+ * float16/bfloat16 row kernels, where the mapping has VEC_HAS_FAST). AVX2 and NEON use the
  * same operations in the same order and give the same bits; AVX-512 takes 1/(1 + e) from
  * rcp14 and 2^k from scalef (the same bound, not always the same bits).
  *
@@ -309,52 +309,31 @@ ZG_DTYPE_FNS(f32, ZG_F32)
 ZG_DTYPE_FNS(f16, ZG_F16)
 ZG_DTYPE_FNS(bf16, ZG_BF16)
 
-/* ---- fused runs: shared pieces ---------------------------------------------------------- */
+/* ---- row kernels ------------------------------------------------------------------------ */
 
-static inline int line_aligned(const void *p) { return ((uintptr_t)p & 63u) == 0; }
-
-/* The head of a run that streams: elements up to the line of the first streamed output
- * (dz or out when bit 0 is set, else dout_scaled); nt0 / nt1 whether each output streams. */
-ZG_INLINE int64_t run_head(int streaming, char *const *out, int64_t es, int64_t n, int *nt0, int *nt1) {
-  int64_t head = streaming ? head_to_line((streaming & 1) ? out[0] : out[1], es, n) : 0;
-  *nt0 = (streaming & 1) && line_aligned(out[0] + head * es);
-  *nt1 = (streaming & 2) && line_aligned(out[1] + head * es);
-  return head;
-}
-
-/* float32 runs: the accurate recipe (two passes per chunk, as acc_kernel), outputs written
- * straight from registers, non-temporal when streaming; inf/NaN checked per vector (a chunk
- * cannot be redone in place: dout_scaled may already have overwritten dout). */
-ZG_INLINE void run_acc(int op, char *const *out, const char *const *in, int64_t n, int streaming,
-                       const zg_run_next *next) {
-  int nt0, nt1;
-  if (!next) next = &zg_run_next_none;
-  const int64_t head = run_head(streaming, out, 4, n, &nt0, &nt1), pf = next->prefetch;
+/* One float32 row: the accurate recipe (two passes per chunk, as acc_kernel), outputs written
+ * straight from registers, whole vectors non-temporally with nt (rows start on a line then);
+ * inf/NaN checked per vector (a chunk cannot be redone in place: dout_scaled may already have
+ * overwritten dout). */
+ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t n, int nt) {
   float *o0 = (float *)out[0], *o1 = (float *)out[1];
   const float *fin[3] = {(const float *)in[0], (const float *)in[1], (const float *)in[2]};
   _Alignas(64) float e[VEC_CHUNK], elo[VEC_CHUNK];
-  for (int64_t i = 0; i < n;) {
-    int64_t m = i < head ? head - i : n - i;
-    if (m > VEC_CHUNK) m = VEC_CHUNK;
-    if (pf)
-      for (int64_t q = 0; q < m; q += 16) /* one line of each input in turn */
-        zg_prefetch_ahead(next, in[0], in[1], in[2], (i + q) * 4 + pf, n * 4, 64);
+  for (int64_t i = 0; i < n; i += VEC_CHUNK) {
+    const int64_t m = n - i < VEC_CHUNK ? n - i : VEC_CHUNK;
     exp_pass(e, elo, fin[1] + i, m);
     for (int64_t j = 0; j < m; j += VL) {
       V r0, r1, flag = v_zero();
       ZG_LD3(op, fin, i + j, m - j, x0, x1, x2);
       gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, 1);
-      if (i >= head && m - j >= VL) {
-        if (nt0) v_stream(o0 + i + j, r0);
-        else v_st(o0 + i + j, r0);
-        if (op == ZG_BWD && nt1) v_stream(o1 + i + j, r1);
-        else if (op == ZG_BWD) v_st(o1 + i + j, r1);
+      if (VEC_HAS_STREAM && nt && m - j >= VL) {
+        v_stream(o0 + i + j, r0);
+        if (op == ZG_BWD) v_stream(o1 + i + j, r1);
       } else {
         v_st_part(o0 + i + j, m - j, r0);
         if (op == ZG_BWD) v_st_part(o1 + i + j, m - j, r1);
       }
     }
-    i += m;
   }
 }
 
@@ -457,7 +436,7 @@ ZG_INLINE void fast_kernel(int op, float *o0, float *o1, const float *i0, const 
 }
 ZG_KERNEL_FNS(16_kernel, fast_kernel)
 
-/* 16-bit fused runs: 2*VL elements per step, widened and narrowed in registers (the
+/* 16-bit rows: 2*VL elements per step, widened and narrowed in registers (the
  * mapping's v2_ld_run / v2_st_run; with cvt, AVX512_BF16's narrowing). */
 ZG_INLINE void fast_step(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t at,
                          int nt0, int nt1) {
@@ -488,65 +467,56 @@ ZG_INLINE void fast_part(int op, int dt, char *const *out, const char *const *in
   for (int k = 0; k < no; k++) memcpy(out[k] + at, bout[k], (size_t)(m * 2));
 }
 
-ZG_INLINE void run_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t n,
-                        int streaming, const zg_run_next *next) {
+/* One 16-bit row: whole steps of 2*VL elements (non-temporal with nt), then the rest. */
+ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t n, int nt) {
   const int64_t es = 2, step = 2 * VL;
-  int nt0, nt1;
-  if (!next) next = &zg_run_next_none;
-  const int64_t head = run_head(streaming, out, es, n, &nt0, &nt1), pf = next->prefetch;
   int64_t i = 0;
-  for (; i < head; i += step) fast_part(op, dt, out, in, i * es, head - i < step ? head - i : step);
-  for (i = head; i + step <= n; i += step) {
-    if (pf) zg_prefetch_ahead(next, in[0], in[1], in[2], i * es + pf, n * es, step * es);
-    fast_step(op, dt, cvt, out, in, i * es, nt0, nt1);
-  }
+  for (; i + step <= n; i += step) fast_step(op, dt, cvt, out, in, i * es, nt, nt);
   if (i < n) fast_part(op, dt, out, in, i * es, n - i);
 }
 #endif /* VEC_HAS_FAST */
 
-/* The run kernels of cpu_kernels.h (zg_bwd_run_fn / zg_fwd_run_fn), one pair per dtype. */
-#define ZG_RUN_FNS(sfx, ATTR, CALL)                                                              \
-  ATTR static void bwd_run_##sfx(void *dz, void *dos, const void *dout, const void *z, const void *o, \
-                                 int64_t n, int streaming, const zg_run_next *next) {            \
-    char *out[2] = {dz, dos};                                                                    \
-    const char *in[3] = {dout, z, o};                                                            \
-    CALL(ZG_BWD);                                                                                \
-  }                                                                                              \
-  ATTR static void fwd_run_##sfx(void *dst, const void *o, const void *z, int64_t n, int streaming, \
-                                 const zg_run_next *next) {                                      \
-    char *out[2] = {dst, 0};                                                                     \
-    const char *in[3] = {o, z, 0};                                                               \
-    CALL(ZG_FWD);                                                                                \
+/* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator and dtype: CALL(op, out,
+ * in, len, nt) on each row. */
+#define ZG_ROWS_FN(name, ATTR, op, CALL)                                                         \
+  ATTR static void name(const zg_rows *r) {                                                      \
+    for (int64_t k = 0; k < r->count; k++) {                                                     \
+      /* fwd's in[2] and out[1] are NULL: never offset */                                      \
+      char *out[2] = {r->out[0] + k * r->out_step[0],                                            \
+                      op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
+      const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
+                           op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
+      CALL(op, out, in, r->len, r->nt);                                                          \
+    }                                                                                            \
   }
+#define ZG_ROWS_FNS(sfx, ATTR, CALL)              \
+  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, CALL) \
+  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, CALL)
 #define ZG_NOATTR
 #if VEC_HAS_FAST
-#define ZG_CALL_ACC(op) run_acc(op, out, in, n, streaming, next)
-#define ZG_CALL_F16(op) run_fast(op, ZG_F16, 0, out, in, n, streaming, next)
-#define ZG_CALL_BF16(op) run_fast(op, ZG_BF16, 0, out, in, n, streaming, next)
-ZG_RUN_FNS(f32, ZG_NOATTR, ZG_CALL_ACC)
-ZG_RUN_FNS(f16, ZG_NOATTR, ZG_CALL_F16)
-ZG_RUN_FNS(bf16, ZG_NOATTR, ZG_CALL_BF16)
+#define ZG_CALL_F16(op, out, in, n, nt) row_fast(op, ZG_F16, 0, out, in, n, nt)
+#define ZG_CALL_BF16(op, out, in, n, nt) row_fast(op, ZG_BF16, 0, out, in, n, nt)
+ZG_ROWS_FNS(f32, ZG_NOATTR, row_acc)
+ZG_ROWS_FNS(f16, ZG_NOATTR, ZG_CALL_F16)
+ZG_ROWS_FNS(bf16, ZG_NOATTR, ZG_CALL_BF16)
 #if VEC_HAS_BF16CVT
-#define ZG_CALL_BF16CVT(op) run_fast(op, ZG_BF16, 1, out, in, n, streaming, next)
-ZG_RUN_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
+#define ZG_CALL_BF16CVT(op, out, in, n, nt) row_fast(op, ZG_BF16, 1, out, in, n, nt)
+ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
 #endif
-
-/* The loop driver's shared output lines (cpu_kernels.h, cpu_loop.c step 5). */
-static void stream_line(void *dst, const void *src) { v_stream_line(dst, src); }
 #endif
 
 /* ---- the tables --------------------------------------------------------------------------- */
 
 #if VEC_HAS_FAST
-#define ZG_TABLE(BF16_RUN)                                                                       \
+#define ZG_TABLE(BF16_ROWS)                                                                      \
   {VEC_NAME,         {load_f32, load_f16, load_bf16},       {store_f32, store_f16, store_bf16}, \
    bwd_kernel,       fwd_kernel,                            bwd16_kernel,                       \
-   fwd16_kernel,     {bwd_run_f32, bwd_run_f16, bwd_run_##BF16_RUN},                           \
-   {fwd_run_f32, fwd_run_f16, fwd_run_##BF16_RUN},          stream_line}
+   fwd16_kernel,     {bwd_rows_f32, bwd_rows_f16, bwd_rows_##BF16_ROWS},                       \
+   {fwd_rows_f32, fwd_rows_f16, fwd_rows_##BF16_ROWS}}
 #else /* staged only; 16-bit outputs take the float kernels; streaming is ignored */
-#define ZG_TABLE(BF16_RUN)                                                                       \
+#define ZG_TABLE(BF16_ROWS)                                                                      \
   {VEC_NAME, {load_f32, load_f16, load_bf16}, {store_f32, store_f16, store_bf16}, bwd_kernel,   \
-   fwd_kernel, NULL, NULL, {NULL, NULL, NULL}, {NULL, NULL, NULL}, NULL}
+   fwd_kernel, NULL, NULL, {NULL, NULL, NULL}, {NULL, NULL, NULL}}
 #endif
 
 static const zg_cpu_kernels simd_kernels = ZG_TABLE(bf16);

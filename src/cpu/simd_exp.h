@@ -108,7 +108,7 @@
  *   Cold lanes: a vector with an inf or NaN in dz + dos (or out) sends those lanes to
  *        gate_math.h's float64 formula on their inputs (dout*o can overflow where float64
  *        does not; no grouping of three float32 factors avoids every such overflow), and
- *        so do lanes with |t| < 2^-6, except in fused bfloat16 runs: a float32 z can sit
+ *        so do lanes with |t| < 2^-6, except in bfloat16 row kernels: a float32 z can sit
  *        ~1e-8 from the root, where t itself is smaller than its error (~1e-7) and dz's sign
  *        and size are noise, while the policy wants the reference's float16 infinity once
  *        |dout*o| passes ~1e12 (test_special: o = 1e18). A bfloat16 z is at least 2.8e-3
@@ -123,7 +123,7 @@
  *   2 there): half the float32 clause alone, before the half ulp of the type.
  * Subnormal s (z < -87): s is off by at most ~2^-149 absolute, so dz by |dout*o| |t| 2^-149
  *   and dos by |dout*z| 2^-149: a quarter of the absolute allowance A of the policy.
- * bfloat16 variant (AVX-512's fused bfloat16 runs, so z is a bfloat16 too; bfloat16 keeps 8
+ * bfloat16 variant (AVX-512's bfloat16 row kernels, so z is a bfloat16 too; bfloat16 keeps 8
  *   bits, so 2^-9 relative is the whole budget): the exp's polynomial of degree 4 (H1..H4,
  *   |p/2^f - 1| <= 2.9e-6), no Newton step, r = rcp14(d) (|error| <= 2^-14), and the
  *   (d + z w) r form of t, whose absolute error is then ~0.78 * (0.28 * 3e-6 + 2^-24) ~ 7e-7.

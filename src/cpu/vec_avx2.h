@@ -11,12 +11,12 @@
 
 typedef __m256 V;
 typedef __m256i VI;
-typedef struct { V a, b; } V2; /* 2*VL elements of a fused run */
+typedef struct { V a, b; } V2; /* 2*VL elements of a row kernel */
 #define VL 8
 #define VEC_ISA avx2
 #define VEC_NAME "avx2"
 #define VEC_CHUNK 64      /* elements per two-pass chunk; 64..512 measured the same */
-#define VEC_HAS_FAST 1    /* the 16-bit recipe and the fused runs */
+#define VEC_HAS_FAST 1    /* the 16-bit recipe and the row kernels */
 #define VEC_HAS_STREAM 1  /* non-temporal stores */
 #define VEC_HAS_AVX512 0  /* rcp14, scalef, VREDUCEPS */
 #define VEC_HAS_BF16CVT 0
@@ -110,12 +110,6 @@ static inline void v2_st_run(int dt, void *p, V2 v, int nt) {
                             : _mm256_set_m128i(v_f16_bits(v.b), v_f16_bits(v.a));
   if (nt) _mm256_stream_si256((__m256i *)p, w);
   else _mm256_storeu_si256((__m256i *)p, w);
-}
-
-/* One 64-byte line, aligned source and destination, by non-temporal stores. */
-static inline void v_stream_line(void *dst, const void *src) {
-  _mm256_stream_si256((__m256i *)dst, _mm256_load_si256((const __m256i *)src));
-  _mm256_stream_si256((__m256i *)dst + 1, _mm256_load_si256((const __m256i *)src + 1));
 }
 
 #endif /* ZGATE_VEC_AVX2_H */

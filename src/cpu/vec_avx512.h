@@ -2,12 +2,12 @@
  * register. Inline wrappers only; the recipes live in kernels_simd.c. What only this ISA has
  * enters as hooks: rcp14 for 1/(1 + e) (VEC_HAS_AVX512: refined by the recipe's residual),
  * scalef for 2^k (one rounding, subnormal results included), VREDUCEPS for the 16-bit
- * recipe's exp, masked tails, and with AVX512_BF16 the bfloat16 narrowing of fused runs.
+ * recipe's exp, masked tails, and with AVX512_BF16 the bfloat16 narrowing of row kernels.
  *
  * bfloat16 staged stores use the exact integer round-to-nearest-even, not AVX512_BF16's
  * VCVTNEPS2BF16: that instruction treats subnormal inputs as zero and flushes subnormal
  * results (it ignores MXCSR and behaves as DAZ/FTZ; Intel SDM), so it is not the exact RNE
- * that zg_f32_to_bf16 defines. The fused bfloat16 runs use it where the CPU has it and send
+ * that zg_f32_to_bf16 defines. The bfloat16 row kernels use it where the CPU has it and send
  * every step with a subnormal, inf or NaN result through the integer rounding instead
  * (v2_st_run_bf16cvt). float16 uses VCVTPS2PH with the rounding mode in the immediate: it
  * ignores MXCSR.FTZ, so float16 subnormal results are exact. */
@@ -23,7 +23,7 @@
 
 typedef __m512 V;
 typedef __m512i VI;
-typedef struct { V a, b; } V2; /* 2*VL elements of a fused run */
+typedef struct { V a, b; } V2; /* 2*VL elements of a row kernel */
 #define VL 16
 #define VEC_ISA avx512
 #define VEC_NAME "avx512"
@@ -61,7 +61,7 @@ static inline V v_reduce(V y) { /* y - round(y), exact */
 static inline __mmask16 v_mask(int64_t rem) { /* lanes [0, min(rem, 16)) */
   return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
-/* A whole vector by a plain load: with every lane masked in, the float32 fused runs read
+/* A whole vector by a plain load: with every lane masked in, the float32 row kernels read
  * their three streams at a third of the speed on a Zen 5 (docs/perf-notes.md, entry 53). */
 static inline V v_ld_part(const float *p, int64_t rem) {
   return rem >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(v_mask(rem), p);
@@ -140,7 +140,5 @@ VEC_TARGET_BF16 static inline void v2_st_run_bf16cvt(void *p, V2 v, int nt) {
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   v_st512(p, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(v.b, v.a)), nt);
 }
-
-static inline void v_stream_line(void *dst, const void *src) { _mm512_stream_si512(dst, _mm512_load_si512(src)); }
 
 #endif /* ZGATE_VEC_AVX512_H */

@@ -256,23 +256,48 @@ static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o,
   free(f);
 }
 
-/* A run's `next` for a piece ending at element `end` of RN: none, the true continuation, or
- * one somewhere else, with a prefetch distance of none, one line or 4 KB (prefetch must
- * never change a result, wherever it points). */
-static const zg_run_next *random_next(zg_run_next *nx, const char *const in[3], int64_t end, int64_t es) {
-  const int64_t kind = (int64_t)(next_u64() % 3);
-  if (kind == 0) return NULL;
-  for (int t = 0; t < 3; t++) nx->in[t] = in[t] ? in[t] + (kind == 1 ? end : 0) * es : NULL;
-  nx->bytes = (kind == 1 ? RN - end : (int64_t)(next_u64() % (RN + 1))) * es;
-  nx->run_on = kind == 1 ? (int64_t)(next_u64() % (uint64_t)(RN - end + 1)) * es : 0;
-  static const int64_t distance[3] = {0, 64, 4096};
-  nx->prefetch = distance[next_u64() % 3];
-  return nx;
+/* One row-kernel call: `count` rows of `len` elements, rows `len` elements apart (so the
+ * batch covers count*len contiguous elements); nt only where the contract allows it (every
+ * output row on a 64-byte line), else 0. */
+static void rows_call(const zg_cpu_kernels *k, int t, int bwd, char *o0, char *o1, const char *i0,
+                      const char *i1, const char *i2, int64_t len, int64_t count, int nt) {
+  const int64_t es = t == ZG_F32 ? 4 : 2, step = len * es;
+  zg_rows r;
+  memset(&r, 0, sizeof r);
+  r.in[0] = i0; r.in[1] = i1; r.in[2] = bwd ? i2 : NULL;
+  r.out[0] = o0; r.out[1] = bwd ? o1 : NULL;
+  for (int q = 0; q < 3; q++) r.in_step[q] = r.in[q] ? step : 0;
+  for (int q = 0; q < 2; q++) r.out_step[q] = r.out[q] ? step : 0;
+  r.len = len;
+  r.count = count;
+  int aligned = step % 64 == 0 || count == 1;
+  for (int q = 0; q < 2; q++) aligned &= !r.out[q] || ((uintptr_t)r.out[q] & 63u) == 0;
+  r.nt = nt && aligned;
+  (bwd ? k->bwd_rows : k->fwd_rows)[t](&r);
+}
+
+/* Random pieces of RN elements: a single row, or whole rows of a random length. */
+static void rows_split(const zg_cpu_kernels *k, int t, int bwd, char *o0, char *o1, const char *i0,
+                       const char *i1, const char *i2) {
+  const int64_t es = t == ZG_F32 ? 4 : 2;
+  for (int64_t i = 0; i < RN;) {
+    int64_t m = 1 + (int64_t)(next_u64() % 700), len = m, count = 1;
+    if (i + m > RN) m = len = RN - i;
+    if (next_u64() % 2) { /* rows of len elements */
+      len = 1 + (int64_t)(next_u64() % 96);
+      count = m / len;
+      if (count == 0) { len = m; count = 1; }
+      m = len * count;
+    }
+    rows_call(k, t, bwd, o0 + i * es, bwd ? o1 + i * es : NULL, i0 + i * es, i1 + i * es,
+              bwd ? i2 + i * es : NULL, len, count, (int)(next_u64() % 2));
+    i += m;
+  }
 }
 
 static void check_runs(const zg_cpu_kernels *k, const char *what) {
   for (int t = ZG_F32; t <= ZG_BF16; t++) {
-    if (!k->bwd_run[t] && !k->fwd_run[t]) continue;
+    if (!k->bwd_rows[t] && !k->fwd_rows[t]) continue;
     const int64_t es = t == ZG_F32 ? 4 : 2, pad = 64;
     for (int rep = 0; rep < 20; rep++) {
       /* buffers 64-byte aligned plus a random offset, so heads and streaming both occur */
@@ -286,22 +311,14 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
       fill_typed(t, oo, RN);
       char *rdz = ref + off * es, *rdos = ref + (RN + pad + off) * es, *rout = ref + (2 * (RN + pad) + off) * es;
       char *gdz = got + off * es, *gdos = got + (RN + pad + off) * es, *gout = got + (2 * (RN + pad) + off) * es;
-      if (k->bwd_run[t]) {
+      if (k->bwd_rows[t]) {
         /* bfloat16 runs use the recipe's bfloat16 variant, which staging (bwd16, for any
          * 16-bit output) does not: there the reference is one whole run, checked against
          * the policy by test_fast_recipe_policy and, end to end, by test_accuracy */
-        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->bwd_run[t](rdz, rdos, d, zz, oo, RN, 0, NULL);
+        if (t == ZG_BF16 && BF16_OWN_RECIPE) rows_call(k, t, 1, rdz, rdos, d, zz, oo, RN, 1, 0);
         else staged_bwd(k, t, rdz, rdos, d, zz, oo, RN);
         memset(got, 0x5a, 3 * (RN + pad) * es);
-        int streaming = (int)(next_u64() % 4); /* non-temporal stores */
-        for (int64_t i = 0; i < RN;) { /* random splits, as rows and items would make */
-          int64_t m = 1 + (int64_t)(next_u64() % 700);
-          if (i + m > RN) m = RN - i;
-          zg_run_next nx;
-          k->bwd_run[t](gdz + i * es, gdos + i * es, d + i * es, zz + i * es, oo + i * es, m, streaming,
-                        random_next(&nx, (const char *[]){d, zz, oo}, i + m, es));
-          i += m;
-        }
+        rows_split(k, t, 1, gdz, gdos, d, zz, oo); /* random splits and nt, as the driver makes */
         _mm_sfence();
         assert_same(t, rdz, gdz, RN);
         assert_same(t, rdos, gdos, RN);
@@ -310,37 +327,30 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
         char *copy = malloc(RN * es);
         assert_non_null(copy);
         memcpy(copy, d, RN * es);
-        k->bwd_run[t](gdz, d, d, zz, oo, RN, 3, NULL);
+        rows_call(k, t, 1, gdz, d, d, zz, oo, RN, 1, 1);
         _mm_sfence();
         assert_same(t, rdos, d, RN);
         memcpy(d, copy, RN * es);
         free(copy);
       }
-      if (k->fwd_run[t]) {
-        if (t == ZG_BF16 && BF16_OWN_RECIPE) k->fwd_run[t](rout, oo, zz, RN, 0, NULL);
+      if (k->fwd_rows[t]) {
+        if (t == ZG_BF16 && BF16_OWN_RECIPE) rows_call(k, t, 0, rout, NULL, oo, zz, NULL, RN, 1, 0);
         else staged_fwd(k, t, rout, oo, zz, RN);
-        for (int64_t i = 0; i < RN;) {
-          int64_t m = 1 + (int64_t)(next_u64() % 700);
-          if (i + m > RN) m = RN - i;
-          zg_run_next nx;
-          k->fwd_run[t](gout + i * es, oo + i * es, zz + i * es, m, (int)(next_u64() % 2),
-                        random_next(&nx, (const char *[]){oo, zz, NULL}, i + m, es));
-          i += m;
-        }
+        rows_split(k, t, 0, gout, NULL, oo, zz, NULL);
         _mm_sfence();
         assert_same(t, rout, gout, RN);
       }
       free(in); free(ref); free(got);
     }
   }
-  printf("[%s] fused runs (%s) equal staging for every dtype they cover\n", isa_name, what);
+  printf("[%s] row kernels (%s) equal staging for every dtype they cover\n", isa_name, what);
 }
 
 static void test_fused_runs(void **state) {
   (void)state;
   const zg_cpu_kernels *k = table();
 #ifdef ZG_EXPECT_FAST
-  for (int t = ZG_F32; t <= ZG_BF16; t++) assert_non_null(k->bwd_run[t]);
+  for (int t = ZG_F32; t <= ZG_BF16; t++) assert_non_null(k->bwd_rows[t]);
 #endif
   check_runs(k, "table");
 #ifdef ZG_TEST_AVX512
@@ -354,8 +364,10 @@ static void test_fused_runs(void **state) {
       if (rep % 2) /* results in float32's subnormal range: z far below -87 */
         for (int64_t i = 0; i < RN; i++) in[RN + i] = zg_f32_to_bf16((float)unif(-104, -86));
       int64_t off = (int64_t)(next_u64() % 32);
-      zg_cpu_kernels_avx512()->bwd_run[ZG_BF16](a, a + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
-      zg_cpu_kernels_avx512_bf16()->bwd_run[ZG_BF16](b, b + RN, in + off, in + RN, in + 2 * RN, RN - off, 0, NULL);
+      rows_call(zg_cpu_kernels_avx512(), ZG_BF16, 1, (char *)a, (char *)(a + RN), (char *)(in + off),
+                (char *)(in + RN), (char *)(in + 2 * RN), RN - off, 1, 0);
+      rows_call(zg_cpu_kernels_avx512_bf16(), ZG_BF16, 1, (char *)b, (char *)(b + RN), (char *)(in + off),
+                (char *)(in + RN), (char *)(in + 2 * RN), RN - off, 1, 0);
       assert_same(ZG_BF16, a, b, RN - off);
       assert_same(ZG_BF16, a + RN, b + RN, RN - off);
     }
