@@ -5,11 +5,12 @@
     bwd:  dz          = dout * o * s * (1 + z * (1 - s))
           dout_scaled = dout * s * z
 
-Arrays of any DLPack producer are accepted (NumPy with ml_dtypes for bfloat16, PyTorch, CuPy,
-JAX on the CPU) and new outputs come back as the same kind. zgate._binding (python/ext) is the
-one path into the library, libzgate, installed beside it. PyTorch's custom ops, autograd and
-torch.compile support are in ``zgate.torch`` (imported on demand: this package works without
-PyTorch).
+Arrays of any DLPack producer are accepted (NumPy with ml_dtypes for bfloat16, PyTorch, CuPy)
+and new outputs come back as the same kind. zgate._binding (python/ext) is their one path into
+the library, libzgate, installed beside it. JAX arrays go through XLA's FFI instead (zgate._jax:
+the library as a custom call in JAX's programs, on the CPU and CUDA GPUs, under jax.jit too).
+PyTorch's custom ops, autograd and torch.compile support are in ``zgate.torch`` (imported on
+demand: this package works without PyTorch).
 """
 import sys
 
@@ -42,6 +43,14 @@ def _compiling():
     return t is not None and t.compiler.is_compiling()
 
 
+def _jax_call(first, rest):
+    """Whether a call goes to zgate._jax: its first array is a JAX array, or another is a JAX
+    tracer (a jax.jit being traced). False where JAX is not imported."""
+    jax = sys.modules.get("jax")
+    return jax is not None and (isinstance(first, jax.Array) or any(
+        isinstance(a, jax.core.Tracer) for a in rest))
+
+
 def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     """Backward of the gate: returns (dz, dout_scaled).
 
@@ -51,10 +60,20 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     dtype (float32, float16 or bfloat16). inplace=True writes dout_scaled into dout.
     num_threads: CPU threads (0 = the OpenMP default). CUDA work is queued on the caller's
     current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
+
+    JAX arrays (dout a JAX array, or any input traced by jax.jit): the library runs as an XLA
+    custom call, eagerly or inside jax.jit, on the CPU or a CUDA GPU on XLA's stream; the
+    outputs are new JAX arrays (given outputs and inplace are refused: JAX arrays are
+    immutable). XLA hands the call compact buffers: a z sliced from a larger array is copied
+    first. Shapes and dtypes are checked when the call is traced (zgate.Error); a failure
+    inside the running program surfaces as JAX's runtime error, with the library's message.
     """
     if _compiling():
         from .torch import traced_bwd
         return traced_bwd(dout, z, o, dz, dout_scaled, inplace)
+    if _jax_call(dout, (z, o)):
+        from . import _jax
+        return _jax.bwd(dout, z, o, dz, dout_scaled, inplace, num_threads)
     return _binding.bwd(dout, z, o, dz, dout_scaled, inplace, num_threads)
 
 
@@ -62,10 +81,13 @@ def fwd(o, z, *, out=None, num_threads=0):
     """Forward of the gate: out = o * z * sigmoid(z) (float32 math), returned.
 
     A new `out` is of o's kind, device and dtype, compact; a given one is written in its own
-    dtype. Streams as for bwd."""
+    dtype. Streams and JAX arrays as for bwd."""
     if _compiling():
         from .torch import traced_fwd
         return traced_fwd(o, z, out)
+    if _jax_call(o, (z,)):
+        from . import _jax
+        return _jax.fwd(o, z, out, num_threads)
     return _binding.fwd(o, z, out, num_threads)
 
 

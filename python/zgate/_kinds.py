@@ -101,14 +101,9 @@ def _cupy_stream(device_id):
 
 
 def _jax_like(x):
-    """A new JAX array on x's CPU device, written before anything else sees it. JAX arrays on a
-    GPU are refused: JAX offers no way to make its streams wait for a kernel queued by
-    another library into an array it allocated."""
-    import jax.numpy as jnp
-    dev = next(iter(x.devices()))
-    if dev.platform != "cpu":
-        raise Error(None, "zgate takes JAX arrays on the CPU only (this one is on %s)" % dev)
-    return jnp.empty(x.shape, x.dtype, device=dev).block_until_ready()
+    """Never needed by zgate.bwd/fwd, which send a call led by a JAX array to zgate._jax (XLA's
+    FFI); the binding reads JAX arrays only as inputs of other kinds' calls (CPU, DLPack)."""
+    raise Error(None, "outputs like a JAX array are made by XLA: call zgate.bwd/fwd (zgate._jax)")
 
 
 def _torch(t, torch):

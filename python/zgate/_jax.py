@@ -1,0 +1,137 @@
+"""JAX arrays in zgate.bwd / zgate.fwd: the library runs inside JAX's programs as an XLA FFI
+custom call (the handlers of zgate/libzgate_jax, python/ext/jax_ffi.cc), registered with
+jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and under jax.jit: XLA
+allocates the outputs and, on a GPU, the kernel runs on XLA's stream, ordered with the rest of
+the program. The call's shapes and dtypes are checked by the library itself when the call is
+traced, so bad input raises zgate.Error at the call, with the library's message.
+"""
+import ctypes
+import operator
+import os
+
+import jax
+import numpy as np
+
+from ._errors import Error, Status
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LIB = os.path.join(_HERE, "libzgate_jax.so")
+_lib = None   # the handlers' library, once loaded and its targets registered
+
+
+def _capsule(fn):
+    """A PyCapsule of a handler's address, as jax.ffi.register_ffi_target takes it. Made with a
+    private ctypes function object: jax.ffi.pycapsule retypes the process-wide
+    ctypes.pythonapi.PyCapsule_New, which other ctypes code in the process may rely on."""
+    new = ctypes.pythonapi["PyCapsule_New"]   # [] gives a new object; attribute access a shared one
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.cast(fn, ctypes.c_void_p), None, None)
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    if not os.path.exists(_LIB):
+        raise Error(None, "this zgate was built without JAX (no %s): JAX arrays need zgate "
+                    "built where jax imports: pip install --no-build-isolation ." % _LIB)
+    lib = ctypes.CDLL(_LIB)
+    lib.zgate_last_error.restype = ctypes.c_char_p
+    lib.zgate_jax_validate.argtypes = [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_uint8),
+        ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32]
+    platforms = ["cpu"] + (["CUDA"] if lib.zgate_jax_cuda_built() else [])
+    for op in ("bwd", "fwd"):
+        for p in platforms:
+            fn = getattr(lib, "zgate_jax_%s_%s" % (op, p.lower()))
+            jax.ffi.register_ffi_target("zgate_" + op, _capsule(fn), platform=p)
+    _lib = lib
+    return lib
+
+
+def _dlpack_dtype(dtype):
+    """DLPack's (code, bits) of a NumPy/JAX dtype, for the library's check."""
+    d = np.dtype(dtype)
+    if d.name == "bfloat16":
+        return 4, 16
+    return {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}.get(d.kind, 3), d.itemsize * 8
+
+
+def _validate(lib, is_bwd, arrays, num_threads):
+    """The library's check of the call (shapes, dtypes, num_threads), on data-less tensors."""
+    n = len(arrays)
+    shapes = [(ctypes.c_int64 * max(1, len(a.shape)))(*a.shape) for a in arrays]
+    dtypes = [_dlpack_dtype(a.dtype) for a in arrays]
+    st = lib.zgate_jax_validate(
+        int(is_bwd), (ctypes.c_int32 * n)(*(len(a.shape) for a in arrays)),
+        (ctypes.POINTER(ctypes.c_int64) * n)(*shapes),
+        (ctypes.c_uint8 * n)(*(c for c, _ in dtypes)),
+        (ctypes.c_uint8 * n)(*(b for _, b in dtypes)), num_threads)
+    if st not in (Status.OK, Status.ERR_NULL_DATA):
+        raise Error(st, lib.zgate_last_error().decode())
+
+
+def _threads(n):
+    """num_threads as a C int, refused as zgate._binding refuses it."""
+    if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r (%s); it takes a whole number: "
+                    "0 (the OpenMP default) or a thread count" % (n, type(n).__name__))
+    n = operator.index(n)
+    if not -2**31 <= n < 2**31:
+        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r, beyond a C int; it takes 0 "
+                    "(the OpenMP default) or a thread count" % n)
+    return n
+
+
+def _inputs(arrays, lib):
+    """JAX arrays (and tracers) as they are; anything else through NumPy. Concrete arrays on a
+    platform the handlers do not serve are refused here, before XLA lowers the call."""
+    out = []
+    for a in arrays:
+        if not isinstance(a, jax.Array):
+            a = np.asarray(a)
+        elif not isinstance(a, jax.core.Tracer):
+            for d in a.devices():
+                if d.platform != "cpu" and not (d.platform == "gpu" and lib.zgate_jax_cuda_built()):
+                    raise Error(Status.ERR_NO_CUDA if d.platform == "gpu" else
+                                Status.ERR_DEVICE_UNSUPPORTED,
+                                "a JAX array on %s, but this zgate serves JAX on the CPU%s"
+                                % (d, "" if not lib.zgate_jax_cuda_built() else " and CUDA GPUs"))
+        out.append(a)
+    return out
+
+
+def _immutable(what):
+    return Error(None, "JAX arrays are immutable: outputs (%s) cannot be given for them; "
+                 "use the arrays returned" % what)
+
+
+def _call(op, inputs, outputs, num_threads):
+    fn = jax.ffi.ffi_call("zgate_" + op, outputs, vmap_method="broadcast_all")
+    return fn(*inputs, num_threads=np.int32(num_threads))
+
+
+def bwd(dout, z, o, dz, dout_scaled, inplace, num_threads):
+    """zgate.bwd for JAX: (dz, dout_scaled), new arrays of dout's shape and dtype."""
+    if inplace or dz is not None or dout_scaled is not None:
+        raise _immutable("dz=, dout_scaled=, inplace=")
+    lib = _load()
+    num_threads = _threads(num_threads)
+    dout, z, o = _inputs((dout, z, o), lib)
+    new = jax.ShapeDtypeStruct(dout.shape, dout.dtype)
+    _validate(lib, True, (dout, z, o, new, new), num_threads)
+    return tuple(_call("bwd", (dout, z, o), (new, new), num_threads))
+
+
+def fwd(o, z, out, num_threads):
+    """zgate.fwd for JAX: out, a new array of o's shape and dtype."""
+    if out is not None:
+        raise _immutable("out=")
+    lib = _load()
+    num_threads = _threads(num_threads)
+    o, z = _inputs((o, z), lib)
+    new = jax.ShapeDtypeStruct(o.shape, o.dtype)
+    _validate(lib, False, (o, z, new), num_threads)
+    return _call("fwd", (o, z), (new,), num_threads)[0]
