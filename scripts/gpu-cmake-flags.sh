@@ -16,9 +16,10 @@ gpu_cmake_flags() {
   export CFG
 }
 # After the build of $BUILD: the package as a wheel lays it out (python/zgate, its binding,
-# libzgate under its SONAME, the case list) in $BUILD/pkg, put first on PYTHONPATH.
+# libzgate, the JAX handlers where built, the case list) in $BUILD/pkg, put first on PYTHONPATH.
 gpu_python_package() {
   rm -rf "$BUILD/pkg" && mkdir -p "$BUILD/pkg" && cp -r python/zgate "$BUILD/pkg/" &&
     cp -P "$BUILD"/src/libzgate.so* "$BUILD"/src/_binding*.so check/cases.def "$BUILD/pkg/zgate/" &&
+    { [ ! -f "$BUILD/src/libzgate_jax.so" ] || cp "$BUILD/src/libzgate_jax.so" "$BUILD/pkg/zgate/"; } &&
     export PYTHONPATH=$PWD/$BUILD/pkg
 }

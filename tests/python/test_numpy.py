@@ -323,7 +323,7 @@ def test_options_and_inputs_checked_in_python():
     expect_error(None, zgate.bwd, *ocl[:3])        # no way to allocate OpenCL outputs
 
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New = ctypes.pythonapi["PyCapsule_New"]   # its own function object: restype is ours alone
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _NAME = b"dltensor"
