@@ -70,10 +70,16 @@ def _read_case_file():
     return shapes, dtypes, layouts
 
 
+def real_shapes():
+    """The model-size shapes of the case list (set REAL), in its order."""
+    return [shape for shape, group in _read_case_file()[0] if group == "REAL"]
+
+
 def cases(quick=False):
     """The shared case list (check/cases.def), as every backend runs it. Full: every QUICK and
     FULL shape with every dtype combination in every layout, backward and forward, and the
-    REAL (model-size) shapes in bfloat16 (dense, zview, in place) and float32 (zview).
+    REAL (model-size) shapes in bfloat16 (dense, zview, in place) and float32 (zview), the
+    forward beside every backward that is not in place.
     quick (the Triton interpreter, CI): the QUICK shapes, each dtype combination once, the
     layouts taken in turn."""
     shapes, dtypes, layouts = _read_case_file()
@@ -96,7 +102,7 @@ def cases(quick=False):
             bdt = dt[:4] + (dt[0],) if inplace else dt
             out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt,
                             "dense" if inplace else lay, inplace))
-            if not inplace and group != "REAL":
+            if not inplace:
                 out.append(Case("fwd %s %s %s" % (tag, dname, lay), "fwd", shape,
                                 (dt[2], dt[1], dt[3]), lay))
     return out
