@@ -9,9 +9,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-from zgate import selfcheck  # noqa: E402
-import zgate.triton as zt  # noqa: E402
+from zgate import selfcheck   # the installed package (zgate.bwd needs its compiled binding)
+import zgate.triton as zt
 
 
 def big_case():
