@@ -18,7 +18,7 @@ test_py=(numpy ml_dtypes pytest scikit-build-core)
 
 debs=("${main_debs[@]}")
 [ "$set_name" = test ] && debs+=("${test_debs[@]}")
-# The Python package's compiled hot path (zgate._hot) needs the interpreter's headers; Debian's
+# The Python package's compiled binding (zgate._binding) needs the interpreter's headers; Debian's
 # python3 has them in python3-dev (an interpreter of its own, e.g. pyenv's, brings its own).
 if [ "$set_name" = test ] && ! python3 -c 'import os, sysconfig, sys
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then

@@ -277,8 +277,8 @@ static void measure_cpu(const bench_ctx *ctx, bench_result *r, cli_buf *b, cli_b
 
   /* The ceiling over the same bytes: the operator's arrays, an equal share of the bytes each,
    * on its own buffers where they serve: on a VM, where guest pages land can change a
-   * stream's bandwidth by 20% (docs/perf-notes.md, 2 December 2026). Every stream variant,
-   * round robin; the fastest by median is the ceiling. */
+   * stream's bandwidth by 20%. Every stream variant, round robin; the fastest by median is
+   * the ceiling. */
   const int na = ceiling_arrays(r), fwd = r->op[0] == 'f';
   size_t each = ceiling_each(r);
   void *a[5] = {0};

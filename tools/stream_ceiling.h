@@ -22,8 +22,9 @@ typedef struct zb_stream {
 
 #define ZB_MAX_VARIANTS 16
 
-/* Prefetch distance of the prefetching variants, in bytes ahead of the loads (the kernels'
- * ZGATE_CPU_PREFETCH default where they prefetch). */
+/* Prefetch distance of the prefetching variants, in bytes ahead of the loads. zgate's kernels
+ * issue no prefetch; the ceiling keeps these variants so that it is the fastest stream of
+ * the bytes whichever way this CPU streams best. */
 #define ZB_PREFETCH_BYTES 4096
 
 /* The variants this build has and this CPU runs, 0..zb_variant_count()-1. */

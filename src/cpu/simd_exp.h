@@ -30,7 +30,7 @@
  * res step below, so its bits may differ, within the same bound). Every step below exists because float32
  * arithmetic that rounds each product separately was measured at up to 4.5 ulp of the
  * scale for dz (the bar is 4); with them: dz 2.75, dout_scaled 1.91, out 1.98 ulp of scale
- * (4M random points over z in [-120, 120] and near the root, docs/perf-notes.md).
+ * (4M random points over z in [-120, 120] and near the root).
  *   e + elo = exp(-|z|): elo is p's final rounding error (Fast2Sum at the end of step 4)
  *                        scaled by 2^k; e + elo is within 2^-25 relative (measured max
  *                        1.55e-8) where e >= 2^-99, below which elo underflows;
@@ -104,7 +104,7 @@
  *        ~1.1x it (|s t| <= 1.1, s <= 1), so its absolute error (<= 2^-150) stays inside the
  *        policy's floor (ulp_f32 of the scale is at least 2^-149). dout*(z*s) would not be
  *        safe (z*s for a subnormal z loses z's low bits and dout may be huge), nor would
- *        (dout*s)*o*t (dout*s underflows, then o multiplies its error: perf-notes 24).
+ *        (dout*s)*o*t (dout*s underflows, then o multiplies its error).
  *   Cold lanes: a vector with an inf or NaN in dz + dos (or out) sends those lanes to
  *        gate_math.h's float64 formula on their inputs (dout*o can overflow where float64
  *        does not; no grouping of three float32 factors avoids every such overflow), and
@@ -133,7 +133,7 @@
  *   this variant would not do: t can be ~1e-8.)
  * Measured: tests/simd/test_simd_fast.c (both forms vs the policy oracle, and dz's float32
  *   value near the root) and the policy checks of test_accuracy / test_special / `zgate
- *   check` (bound_ratio in docs/perf-notes.md). */
+ *   check` (its bound_ratio column). */
 /* 2^f on [-1/2, 1/2]: 1 + f(G1 + f(G2 + f(G3 + f(G4 + f G5)))), our fit as above,
  * |p/2^f - 1| <= 1.07e-7 with the float coefficients (AVX-512's VREDUCEPS form). */
 #define ZG_EXP2_G1 0x1.62e42ap-1f

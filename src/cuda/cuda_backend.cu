@@ -27,8 +27,8 @@ namespace zgcu {
 namespace {
 
 /* The widest item (elements) the host picks: 16-byte accesses. All-float32 problems stop at
- * 4 (8, two 16-byte accesses a tensor, measured no faster on the H200: docs/perf-notes.md,
- * 2 December 2026); with any 2-byte tensor 8 elements give it 16-byte accesses. */
+ * 4 (8, two 16-byte accesses a tensor, measured no faster on the H200); with any 2-byte
+ * tensor 8 elements give it 16-byte accesses. */
 constexpr int kMaxVecF32 = 4, kMaxVec16 = 8;
 
 int fail_cuda(const char *what, cudaError_t e) {

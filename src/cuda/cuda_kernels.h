@@ -8,7 +8,7 @@
  * first used, and then as a whole (loading one kernel of it loads them all). A first call in
  * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62: 0.15-0.32 ms
  * instead of 1.4-1.7 ms after the context exists, 0.33-0.56 ms instead of 1.4-1.6 ms in a
- * PyTorch process (H200, 2 December 2026, commits d35b1ff and a7db833: docs/perf-notes.md). */
+ * PyTorch process, on an H200 (tests/cuda/cuda_first_call.cu measures it). */
 #ifndef ZGATE_CUDA_KERNELS_H
 #define ZGATE_CUDA_KERNELS_H
 

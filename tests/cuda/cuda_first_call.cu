@@ -1,7 +1,6 @@
-/* Where the first CUDA call of zgate spends its time: a measurement program, not a test
- * (scripts/gpu-run.sh's "first" stage runs it in fresh processes; docs/perf-notes.md,
- * 2 December 2026). Linked with the static library, so that it can name the library's
- * kernel tables.
+/* Where the first CUDA call of zgate spends its time: a measurement program, not a test, run
+ * by hand, one fresh process a measurement. Linked with the static library, so that it can
+ * name the library's kernel tables.
  *
  *   cuda_first_call DTYPE [--attr] [--then DTYPE2]
  *

@@ -1,5 +1,5 @@
 /* Host time of one zgate_bwd on the GPU, taken apart: a measurement program, not a test
- * (scripts/gpu-validate.sh's "hostcost" stage; docs/perf-notes.md, 4 December 2026).
+ * (scripts/gpu-validate.sh's "hostcost" stage).
  *
  *   cuda_host_cost [CALLS] [REPEATS]
  *

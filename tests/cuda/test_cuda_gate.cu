@@ -3,9 +3,10 @@
  *
  *   test_cuda_gate            the shared case list (check/cases.def) and this backend's own
  *                             layouts, every dtype combination's kernel, special values,
- *                             streams, devices, threads
+ *                             ranks 0 .. ZGATE_MAX_NDIM, streams, devices, threads
  *   test_cuda_gate --small    the list's QUICK shapes up to 4096 elements, two dtype
- *                             combinations, for compute-sanitizer memcheck / racecheck / initcheck
+ *                             combinations, fewer and shorter rank cases, for
+ *                             compute-sanitizer memcheck / racecheck / initcheck
  *   test_cuda_gate --big      tensors of more than 2^31 (and 2^32 work items), on slices
  *
  * Every device buffer has 256 guard bytes on both sides and is poisoned (0xFF: NaN in
@@ -81,7 +82,9 @@ static const size_t G = 256; /* guard bytes each side */
 struct Buf { /* one device tensor with its buffer, host copies and element map */
   DLDataType dt;
   int es = 0;
-  int64_t shape[4], strides[4];
+  int nd = 4;                /* rank 0 .. ZGATE_MAX_NDIM */
+  bool null_strides = false; /* compact, passed as strides = NULL (strides[] still filled) */
+  int64_t shape[ZGATE_MAX_NDIM], strides[ZGATE_MAX_NDIM];
   int64_t off = 0, span = 0;
   size_t bytes = 0;
   unsigned char *dev = nullptr;
@@ -93,7 +96,9 @@ static void buf_layout(Buf &b, const int64_t shape[4], DLDataType dt, Layout lay
   int64_t B = shape[0], L = shape[1], H = shape[2], D = shape[3];
   b.dt = dt;
   b.es = dt.bits / 8;
-  memcpy(b.shape, shape, sizeof b.shape);
+  b.nd = 4;
+  b.null_strides = false;
+  memcpy(b.shape, shape, 4 * sizeof shape[0]);
   int64_t numel = B * L * H * D;
   b.off = 0;
   switch (lay) {
@@ -135,6 +140,37 @@ static void buf_layout(Buf &b, const int64_t shape[4], DLDataType dt, Layout lay
   b.bytes = G + (size_t)b.span * b.es + G;
 }
 
+static int64_t buf_numel(const Buf &b) {
+  int64_t n = 1;
+  for (int d = 0; d < b.nd; d++) n *= b.shape[d];
+  return n;
+}
+
+/* Any rank (the rank test's layouts, as tests/test_validation.c's): 0 compact passed as
+ * NULL, 1 compact spelled out, 2 compact over the permutation `perm` of the dims (perm[k]:
+ * the dim k-th outermost in memory), 3 every dim padded by 3 elements, 4 inner stride 2,
+ * 5 every dim padded by 8 elements (row starts stay 16-byte aligned: the vector kernels). */
+enum { ND_NULL, ND_SPELLED, ND_PERM, ND_PAD, ND_INNER2, ND_PAD8, ND_NLAYOUTS };
+static const char *nd_layout_name[ND_NLAYOUTS] = {"null", "spelled", "perm", "pad", "inner2", "pad8"};
+
+static void buf_layout_nd(Buf &b, int nd, const int64_t *shape, DLDataType dt, int lay, const int *perm) {
+  b.dt = dt;
+  b.es = dt.bits / 8;
+  b.nd = nd;
+  b.null_strides = lay == ND_NULL || nd == 0;
+  b.off = 0;
+  int64_t acc = 1, last = 0;
+  for (int k = nd - 1; k >= 0; k--) {
+    const int d = lay == ND_PERM ? perm[k] : k;
+    b.shape[d] = shape[d];
+    b.strides[d] = lay == ND_INNER2 && k == nd - 1 ? 2 : acc;
+    acc = b.strides[d] * (shape[d] > 0 ? shape[d] : 1) + (lay == ND_PAD ? 3 : lay == ND_PAD8 ? 8 : 0);
+  }
+  for (int d = 0; d < nd; d++) last += (shape[d] > 0 ? shape[d] - 1 : 0) * b.strides[d];
+  b.span = last + 1;
+  b.bytes = G + (size_t)b.span * b.es + G;
+}
+
 static void buf_alloc(Buf &b) {
   CK(cudaMalloc(&b.dev, b.bytes));
   b.before.assign(b.bytes, 0xFF);
@@ -155,10 +191,10 @@ static DLTensor dl_dev(Buf &b, int dev) {
   t.data = b.dev + G;
   t.device.device_type = kDLCUDA;
   t.device.device_id = dev;
-  t.ndim = 4;
+  t.ndim = b.nd;
   t.dtype = b.dt;
-  t.shape = b.shape;
-  t.strides = b.strides;
+  t.shape = b.nd > 0 ? (int64_t *)b.shape : NULL; /* rank 0: no shape array at all */
+  t.strides = b.null_strides ? NULL : (int64_t *)b.strides;
   t.byte_offset = (uint64_t)b.off * b.es;
   return t;
 }
@@ -170,15 +206,20 @@ static DLTensor dl_host(Buf &b, std::vector<unsigned char> &mem) {
   return t;
 }
 
-/* Visit every element's byte position in the buffer. */
+/* Visit every element's byte position in the buffer, in row-major order of the indices. */
 template <class F>
 static void each_elem(const Buf &b, F f) {
-  for (int64_t i0 = 0; i0 < b.shape[0]; i0++)
-    for (int64_t i1 = 0; i1 < b.shape[1]; i1++)
-      for (int64_t i2 = 0; i2 < b.shape[2]; i2++)
-        for (int64_t i3 = 0; i3 < b.shape[3]; i3++)
-          f(G + (size_t)(b.off + i0 * b.strides[0] + i1 * b.strides[1] + i2 * b.strides[2] +
-                         i3 * b.strides[3]) * b.es);
+  const int64_t n = buf_numel(b);
+  int64_t idx[ZGATE_MAX_NDIM] = {0}, pos = b.off; /* pos: element offset of idx */
+  for (int64_t i = 0; i < n; i++) {
+    f(G + (size_t)pos * b.es);
+    for (int d = b.nd - 1; d >= 0; d--) {
+      pos += b.strides[d];
+      if (++idx[d] < b.shape[d]) break;
+      pos -= idx[d] * b.strides[d];
+      idx[d] = 0;
+    }
+  }
 }
 
 /* Every byte of an output buffer that is not one of its elements is unchanged. */
@@ -216,12 +257,10 @@ struct Special {
   int64_t n;
 };
 
-static void bwd_case(const char *what, const int64_t shape[4], const DLDataType dt[5],
-                     const Layout lay[5], bool inplace, const Special *sp = nullptr,
-                     cudaStream_t stream = 0) {
+/* One checked zgate_bwd on laid-out (not yet allocated) buffers; in place: b[4] is b[0]. */
+static void bwd_run(const char *what, Buf b[5], bool inplace, const Special *sp = nullptr,
+                    cudaStream_t stream = 0) {
   g_cases++;
-  Buf b[5];
-  for (int t = 0; t < 5; t++) buf_layout(b[t], shape, dt[t], lay[t]);
   if (inplace) b[4] = b[0];
   for (int t = 0; t < 5; t++)
     if (!(inplace && t == 4)) buf_alloc(b[t]);
@@ -259,7 +298,7 @@ static void bwd_case(const char *what, const int64_t shape[4], const DLDataType 
              (long long)bad, t);
     }
   }
-  if (shape[0] * shape[1] * shape[2] * shape[3] == 0) { /* nothing to compare */
+  if (buf_numel(b[0]) == 0) { /* nothing to compare */
     for (int t = 0; t < 5; t++) buf_free(b[t]);
     return;
   }
@@ -277,16 +316,23 @@ static void bwd_case(const char *what, const int64_t shape[4], const DLDataType 
   zgate_check_stats_format(&sdz, l1, sizeof l1);
   zgate_check_stats_format(&sdos, l2, sizeof l2);
   EXPECT(sdz.failures == 0 && sdos.failures == 0, "%s: dz {%s} dos {%s}", what, l1, l2);
-  note(sdz, dt[3]);
-  note(sdos, dt[4]);
+  note(sdz, b[3].dt);
+  note(sdos, b[4].dt);
   for (int t = 0; t < 5; t++) buf_free(b[t]);
 }
 
-static void fwd_case(const char *what, const int64_t shape[4], const DLDataType dt[3],
-                     const Layout lay[3]) {
+static void bwd_case(const char *what, const int64_t shape[4], const DLDataType dt[5],
+                     const Layout lay[5], bool inplace, const Special *sp = nullptr,
+                     cudaStream_t stream = 0) {
+  Buf b[5];
+  for (int t = 0; t < 5; t++) buf_layout(b[t], shape, dt[t], lay[t]);
+  bwd_run(what, b, inplace, sp, stream);
+}
+
+/* One checked zgate_fwd (o, z, out) on laid-out buffers. */
+static void fwd_run(const char *what, Buf b[3]) {
   g_cases++;
-  Buf b[3];
-  for (int t = 0; t < 3; t++) { buf_layout(b[t], shape, dt[t], lay[t]); buf_alloc(b[t]); }
+  for (int t = 0; t < 3; t++) buf_alloc(b[t]);
   fill_random(b[0], 0);
   fill_random(b[1], 1);
   for (int t = 0; t < 3; t++) buf_upload(b[t]);
@@ -306,8 +352,15 @@ static void fwd_case(const char *what, const int64_t shape[4], const DLDataType 
   char l[256];
   zgate_check_stats_format(&s, l, sizeof l);
   EXPECT(cs == 0 && s.failures == 0, "%s: fwd {%s} (check %d)", what, l, cs);
-  note(s, dt[2]);
+  note(s, b[2].dt);
   for (int t = 0; t < 3; t++) buf_free(b[t]);
+}
+
+static void fwd_case(const char *what, const int64_t shape[4], const DLDataType dt[3],
+                     const Layout lay[3]) {
+  Buf b[3];
+  for (int t = 0; t < 3; t++) buf_layout(b[t], shape, dt[t], lay[t]);
+  fwd_run(what, b);
 }
 
 /* ---- the matrix ------------------------------------------------------------------------- */
@@ -408,6 +461,153 @@ static void special_values(void) {
       name_case(name, sizeof name, "special", shape, sets[si], lay, false);
       bwd_case(name, shape, sets[si], lay, false, &sp);
     }
+}
+
+/* ---- any rank ----------------------------------------------------------------------------
+ * Ranks 0 .. ZGATE_MAX_NDIM with odd sizes (size 0 too), every tensor in its own layout and
+ * dtype, in place sometimes, the backward and the forward (as tests/test_validation.c's rank
+ * test on the CPU). Tensors whose permutations or paddings differ keep more than four dims
+ * after validation's collapse: the CUDA backend's general layout (Args.nx, the loop over the
+ * outer dims), counted here with a model of the collapse rule (zgate_internal.h). */
+
+/* Dims the problem keeps after validation's collapse: size-1 dims dropped, the rest ordered
+ * by the first output's strides (stable), neighbours merged where every tensor walks them
+ * contiguously. For coverage bookkeeping only; the results are judged by the reference. */
+static int collapsed_rank(const Buf *b, int nt, int first_out) {
+  const Buf &o = b[first_out];
+  int dims[ZGATE_MAX_NDIM], k = 0, n = 0;
+  int64_t inner[5] = {0}; /* each tensor's stride of the last kept dim */
+  for (int d = 0; d < o.nd; d++)
+    if (o.shape[d] > 1) dims[k++] = d;
+  for (int i = 1; i < k; i++)
+    for (int j = i; j > 0 && o.strides[dims[j - 1]] < o.strides[dims[j]]; j--) {
+      int tmp = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = tmp;
+    }
+  for (int i = 0; i < k; i++) {
+    const int d = dims[i];
+    bool merge = n > 0;
+    for (int t = 0; t < nt && merge; t++) merge = inner[t] == b[t].strides[d] * o.shape[d];
+    for (int t = 0; t < nt; t++) inner[t] = b[t].strides[d];
+    if (!merge) n++;
+  }
+  return n > 0 ? n : 1;
+}
+
+static void shuffle(int *perm, int nd) {
+  for (int d = nd - 1; d > 0; d--) {
+    int j = (int)(rnd() % (uint64_t)(d + 1)), tmp = perm[d];
+    perm[d] = perm[j];
+    perm[j] = tmp;
+  }
+}
+
+static int g_deep[2]; /* cases with elements keeping more than four dims: bwd, fwd */
+
+/* One case: random dtypes, layouts and permutations per tensor (lay_all >= 0: that layout
+ * for every tensor, identity order), in place a quarter of the time (bwd); out_lay >= 0
+ * forces the first output's layout. */
+static void rank_case(bool bwd, int nd, const int64_t *shape, int lay_all, int out_lay) {
+  const DLDataType ts[3] = {F32, F16, BF16};
+  const int nt = bwd ? 5 : 3, first_out = bwd ? 3 : 2;
+  int perm[ZGATE_MAX_NDIM];
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  const bool shared_perm = lay_all < 0 && rnd() % 2;
+  if (lay_all < 0) shuffle(perm, nd);
+  const bool inplace = bwd && rnd() % 4 == 0;
+  Buf b[5];
+  int lay[5];
+  for (int t = 0; t < nt; t++) {
+    lay[t] = lay_all >= 0 ? lay_all : t == first_out && out_lay >= 0 ? out_lay : (int)(rnd() % ND_NLAYOUTS);
+    if (lay[t] == ND_PERM && !shared_perm) shuffle(perm, nd);
+    if (inplace && t == 4) { lay[4] = lay[0]; continue; } /* bwd_run makes b[4] b[0] */
+    buf_layout_nd(b[t], nd, shape, ts[rnd() % 3], lay[t], perm);
+  }
+  if (inplace) b[4] = b[0];
+  const int kept = collapsed_rank(b, nt, first_out);
+  int64_t numel = 1;
+  for (int d = 0; d < nd; d++) numel *= shape[d];
+  if (kept > 4 && numel > 0) g_deep[bwd ? 0 : 1]++;
+  char name[320];
+  int len = snprintf(name, sizeof name, "rank %s %d shape (", bwd ? "bwd" : "fwd", nd);
+  for (int d = 0; d < nd; d++) len += snprintf(name + len, sizeof name - len, "%s%lld", d ? "," : "", (long long)shape[d]);
+  len += snprintf(name + len, sizeof name - len, ") %d dims kept,", kept);
+  for (int t = 0; t < nt; t++)
+    len += snprintf(name + len, sizeof name - len, " %s %s", dtn(b[t].dt), nd_layout_name[lay[t]]);
+  snprintf(name + len, sizeof name - len, "%s", inplace ? " in place" : "");
+  if (bwd) bwd_run(name, b, inplace);
+  else fwd_run(name, b);
+}
+
+/* Ranks outside 0..ZGATE_MAX_NDIM in any one position: ZGATE_ERR_NDIM, nothing written. */
+static void rank_refused(void) {
+  static const int64_t shape9[ZGATE_MAX_NDIM + 1] = {1, 1, 1, 1, 1, 1, 1, 3, 5};
+  const int64_t shape[2] = {3, 5};
+  for (int bad : {ZGATE_MAX_NDIM + 1, -1})
+    for (int bwd = 0; bwd < 2; bwd++) {
+      const int nt = bwd ? 5 : 3;
+      for (int at = 0; at < nt; at++) {
+        g_cases++;
+        Buf b[5];
+        DLTensor d[5];
+        for (int t = 0; t < nt; t++) {
+          buf_layout_nd(b[t], 2, shape, t % 2 ? BF16 : F32, ND_SPELLED, nullptr);
+          buf_alloc(b[t]);
+          if (t < (bwd ? 3 : 2)) fill_random(b[t], t == 1);
+          buf_upload(b[t]);
+          d[t] = dl_dev(b[t], g_dev);
+        }
+        d[at].ndim = bad;
+        d[at].shape = (int64_t *)shape9;
+        d[at].strides = NULL;
+        int st = bwd ? zgate_bwd(&d[0], &d[1], &d[2], &d[3], &d[4], NULL) : zgate_fwd(&d[0], &d[1], &d[2], NULL);
+        EXPECT(st == ZGATE_ERR_NDIM, "rank %d at %s tensor %d: status %d, want ZGATE_ERR_NDIM (%s)", bad,
+               bwd ? "bwd" : "fwd", at, st, zgate_last_error());
+        CK(cudaDeviceSynchronize());
+        for (int t = 0; t < nt; t++) {
+          buf_download(b[t]);
+          EXPECT(b[t].after == b[t].before, "rank %d at %s tensor %d: tensor %d was written", bad,
+                 bwd ? "bwd" : "fwd", at, t);
+          buf_free(b[t]);
+        }
+      }
+    }
+}
+
+static void ranks(bool small) {
+  static const int rank_list[] = {0, 1, 2, 3, 4, 5, 6, ZGATE_MAX_NDIM};
+  const int reps = small ? 3 : 8;
+  const int cases_before = g_cases, fails_before = g_failures;
+  g_deep[0] = g_deep[1] = 0;
+  for (int nd : rank_list)
+    for (int rep = 0; rep < reps; rep++)
+      for (int bwd = 0; bwd < 2; bwd++) {
+        int64_t shape[ZGATE_MAX_NDIM];
+        /* odd sizes, small enough that rank 8 stays a few thousand elements; one repeat with
+         * a long innermost dim (vector widths, tails; shorter under --small, for the
+         * sanitizers); one with a size-0 dim */
+        const int64_t top = nd >= 5 ? 3 : nd >= 3 ? 9 : 70;
+        for (int d = 0; d < nd; d++) shape[d] = 1 + (int64_t)(rnd() % top);
+        if (rep == 1 && nd >= 1 && nd <= 5)
+          shape[nd - 1] = (small ? 131 : 4099) + (int64_t)nd * 2 * (nd < 3 ? 40 : 1);
+        if (rep == 2 && nd >= 1) shape[rnd() % nd] = 0;
+        rank_case(bwd, nd, shape, -1, -1);
+      }
+  /* Sure to keep every dim: no size 1, and the first output padded in the order the
+   * collapse takes (its own). Padded by 3, the others random (width 1); padded by 8
+   * everywhere with an innermost 8 (the vector kernels on the general layout). */
+  for (int nd : {5, 6, ZGATE_MAX_NDIM})
+    for (int bwd = 0; bwd < 2; bwd++)
+      for (int vec = 0; vec < 2; vec++) {
+        int64_t shape[ZGATE_MAX_NDIM];
+        for (int d = 0; d < nd; d++) shape[d] = 2 + (int64_t)(rnd() % 2);
+        if (vec) shape[nd - 1] = 8;
+        rank_case(bwd, nd, shape, vec ? ND_PAD8 : -1, ND_PAD);
+      }
+  EXPECT(g_deep[0] > 0 && g_deep[1] > 0, "ranks: no case kept more than four dims (bwd %d, fwd %d)",
+         g_deep[0], g_deep[1]);
+  rank_refused();
+  printf("ranks: 0..%d, %d cases (%d bwd and %d fwd keeping more than four dims), %s\n", ZGATE_MAX_NDIM,
+         g_cases.load() - cases_before, g_deep[0], g_deep[1], g_failures.load() == fails_before ? "ok" : "FAILED");
 }
 
 /* ---- streams, devices, threads ------------------------------------------------------- */
@@ -754,10 +954,12 @@ int main(int argc, char **argv) {
     big();
   } else if (small) {
     case_list(true);
+    ranks(true);
   } else {
     all_dtype_combos();
     case_list(false);
     special_values();
+    ranks(false);
     stream_is_used();
     devices(ndev);
     threads();

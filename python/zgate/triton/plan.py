@@ -108,8 +108,8 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
 # every combination and target.
 NPU_TILE = 4096
 NPU_TILE_FWD_16BIT = 8192
-# H200, one program per tile (bench/triton_tile_probe.py, 3 December 2026): 1024 elements
-# was best or within 1% of best on four of six large rows; 4096 and 8192 lost up to 36%.
+# GPU, one program per tile: on an H200, 1024 elements was best or within 1% of best on four
+# of six large rows; 4096 and 8192 lost up to 36%.
 GPU_TILE = 1024
 
 
