@@ -163,7 +163,7 @@ def chart(rows, names, copy, path):
     ax.axhline(100, color="k", lw=0.8)
     ax.set_xticks([i + 0.4 - w / 2 for i in range(len(rows))])
     ax.set_xticklabels(labels, rotation=90, fontsize=6)
-    ax.set_ylabel("% of device copy bandwidth (%.0f GB/s)" % copy)
+    ax.set_ylabel("%% of device copy bandwidth (%.0f GB/s)" % copy)
     ax.set_title("zgate.bwd on %s: back-to-back kernel time, higher is better"
                  % torch.cuda.get_device_name())
     ax.legend(fontsize=8)

@@ -4,12 +4,12 @@
  * same operations in the same order), with gate_math.h's formula and grouping:
  *
  *   e = exp(-|z|), r = 1/(1+e); z >= 0: s = r, 1-s = e*r; z < 0: s = e*r, 1-s = r
- *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = dout * (z*s);  out = o * (z*s)
+ *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = (dout*z) * s;  out = (o*z) * s
  *
- * dos and out group z*s first (gate_math.h writes (dout*z)*s): with |z| near FLT_MAX and
- * s = 0 the other grouping overflows to inf * 0 = NaN where the float64 reference is 0.
- * z*s is subnormal only for z < -87, where the absolute allowance (4 * 2^-149 * |dout*z|)
- * covers its rounding.
+ * dos and out group as gate_math.h does (scaled() below): z*s first would round a subnormal
+ * z*s (z itself tiny) before |dout| > 1 scales it up. Where dout*z overflows (|z| near
+ * FLT_MAX), (dout*s)*z is taken instead: 0 where s is 0 and the infinity otherwise, as the
+ * float64 formula gives (the CPU paths recompute such lanes in float64).
  *
  * Two recipes, chosen by the output types:
  *  - Accurate (float32 outputs): CUDA's expf is good to 2 ulp, and the five roundings of the
@@ -126,6 +126,12 @@ __device__ __forceinline__ void sigmoid_pair(float z, float &s, float &oms) {
   oms = pos ? er : r;
 }
 
+/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite (overflow, an infinity or NaN). */
+__device__ __forceinline__ float scaled(float a, float z, float s) {
+  float p = __fmul_rn(a, z);
+  return isfinite(p) ? __fmul_rn(p, s) : __fmul_rn(__fmul_rn(a, s), z);
+}
+
 /* The operators, each the template parameter of the kernel body (cuda_kernel.cuh): its
  * input and output counts, in the order of zg_problem's operands (zgate_internal.h), and
  * apply<R>, one element's outputs from its inputs by recipe R. */
@@ -137,7 +143,7 @@ struct GateBwd { /* dout, z, o -> dz, dout_scaled */
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
     y[0] = R::dz(dout, z, o, s, oms);
-    y[1] = __fmul_rn(dout, __fmul_rn(z, s));
+    y[1] = scaled(dout, z, s);
   }
 };
 
@@ -148,7 +154,7 @@ struct GateFwd { /* o, z -> out */
     const float o = x[0], z = x[1];
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
-    y[0] = __fmul_rn(o, __fmul_rn(z, s));
+    y[0] = scaled(o, z, s);
   }
 };
 

@@ -433,7 +433,8 @@ static void case_list(bool small) {
 static void special_values(void) {
   const double sv[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 88.0, -88.0, 87.5, -87.5,
                        89.0, -89.0, 100.0, -100.0, 104.0, -104.0, 1000.0, -1000.0, -1.2785,
-                       -1.27846454, 1e-40, -1e-40, 65504.0, 1e30, -1e30, 3.0e38, -3.0e38};
+                       -1.27846454, 1e-40, -1e-40, 0x1p-149, -0x3p-149, 65504.0, 1e30, -1e30,
+                       3.0e38, -3.0e38}; /* 2^-149, 3 x 2^-149: z*s would round before dout scales it */
   const int ns = (int)(sizeof sv / sizeof sv[0]);
   std::vector<double> dout, z, o;
   for (int i = 0; i < ns; i++) /* every special z, with ordinary dout and o */
