@@ -23,7 +23,7 @@ STAGES=${STAGES:-"build upstream zgate triton triton-up timers"}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TESTS=OFF -DZGATE_BUILD_TOOLS=OFF
-export RES
+export RES BUILD
 acc="python3 -m zgate.acceptance --device cuda"
 small="--quick --op bwd --filter 2x2048x24x64"
 
