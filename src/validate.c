@@ -156,6 +156,7 @@ static void zg_collapse(int nd, const int64_t *shape, const int64_t (*strides)[Z
   const int nt = p->n_in + p->n_out;
   const int64_t *os = strides[p->n_in];
   int dims[ZGATE_MAX_NDIM], k = 0, n = 0;
+  if (p->numel == 0) nd = 0; /* nothing to walk; its other sizes' product may overflow */
   for (int d = 0; d < nd; d++)
     if (shape[d] > 1) dims[k++] = d;
   for (int i = 1; i < k; i++) /* insertion sort, descending, stable */
@@ -166,7 +167,7 @@ static void zg_collapse(int nd, const int64_t *shape, const int64_t (*strides)[Z
     const int d = dims[i];
     int merge = n > 0;
     for (int t = 0; t < nt && merge; t++) {
-      int64_t span; /* can overflow only for size-0 problems, whose extents were not checked */
+      int64_t span; /* within the checked extents: numel > 0 here */
       merge = !__builtin_mul_overflow(strides[t][d], shape[d], &span) &&
               p->t[t].strides[n - 1] == span;
     }
