@@ -128,9 +128,10 @@ int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, 
                     const DLTensor *dout_scaled, zgate_check_stats *st_dz, zgate_check_stats *st_dos);
 int zgate_check_fwd(const DLTensor *o, const DLTensor *z, const DLTensor *out, zgate_check_stats *st);
 
-/* The float64 formula itself, evaluated left to right as written in zgate.h (so special
- * values land where the formula puts them): s = 1/(1+exp(-z)); dz = dout*o*s*(1+z*(1-s));
- * dout_scaled = dout*s*z; out = o*z*s. `dout` is ignored for ZGATE_CHECK_OUT. */
+/* The float64 formula itself (so special values land where the formula puts them):
+ * s = 1/(1+exp(-z)); dz = dout*o*s*(1+z*(1-s)) left to right; dout_scaled = (dout*z)*s and
+ * out = (o*z)*s, each as (a*s)*z where a*z is not finite (float64 inputs near its range).
+ * `dout` is ignored for ZGATE_CHECK_OUT. */
 double zgate_check_formula(zgate_check_quantity q, double dout, double z, double o);
 
 /* Value helpers for the three storage types and float64 (unknown types: NaN / -1 / 0). */

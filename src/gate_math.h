@@ -6,8 +6,8 @@
  *   z >= 0:  s = r,      1 - s = e * r      (no cancellation: 1 - s is never formed)
  *   z <  0:  s = e * r,  1 - s = r
  *   dz  = (dout * o) * (s * (1 + z * (1 - s)))
- *   dos = (dout * z) * s
- *   out = (o * z) * s
+ *   dos = (dout * z) * s      ((dout * s) * z where dout * z is not finite)
+ *   out = (o * z) * s         (likewise)
  *
  * The grouping is deliberate: for z below about -87 s is a float32 subnormal; a float32
  * path that multiplies it last by |dout*o| (or |dout*z|) keeps its absolute error within
@@ -43,17 +43,24 @@ static inline void zg_sigmoid_pair_f64(double z, double *s, double *oms) {
   *oms = pos ? er : r;
 }
 
+/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite, which float64 inputs near its range
+ * reach (0 where s is 0, as the formula gives). check/zgate_check.c's formula is the same. */
+static inline double zg_scaled_f64(double a, double z, double s) {
+  double p = a * z;
+  return isfinite(p) ? p * s : (a * s) * z;
+}
+
 static inline void zg_gate_bwd_f64(double dout, double z, double o, double *dz, double *dos) {
   double s, oms;
   zg_sigmoid_pair_f64(z, &s, &oms);
   *dz = (dout * o) * (s * (1.0 + z * oms));
-  *dos = (dout * z) * s;
+  *dos = zg_scaled_f64(dout, z, s);
 }
 
 static inline double zg_gate_fwd_f64(double o, double z) {
   double s, oms;
   zg_sigmoid_pair_f64(z, &s, &oms);
-  return (o * z) * s;
+  return zg_scaled_f64(o, z, s);
 }
 
 /* ---- float32 entry points -------------------------------------------------------------
