@@ -42,8 +42,9 @@ grep -q "ZGATE_HAVE_NEON" "$build"/src/CMakeFiles/zgate_objects.dir/flags.make \
 # The C tests register one ctest entry per CPU path built (here <test>_neon and
 # <test>_scalar, each with ZGATE_CPU_ISA set), plus the documentation's examples. Every path
 # runs the quick matrix (ZGATE_TEST_QUICK=1: every dtype combination kind, the QUICK shapes,
-# every layout) to keep the stage in budget under emulation: the NEON path's full matrix takes
-# over 20 minutes under qemu-user on 2 cores. ZGATE_AARCH64_FULL=1 runs the NEON path's full
+# every layout) to keep the stage in budget under emulation: the full matrix holds the case
+# list's model-size shapes (up to 77M elements) and takes over 20 minutes under qemu-user on
+# 2 cores, the quick one 14 s. ZGATE_AARCH64_FULL=1 runs the NEON path's full
 # matrix, as stage 10 does on x86. The CLI's tests drive the tool through host-side scripts
 # and belong to stage 30.
 neon_quick=1; [ "${ZGATE_AARCH64_FULL:-0}" = 1 ] && neon_quick=0
