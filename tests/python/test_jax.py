@@ -66,16 +66,21 @@ def _check_fwd(host_o, host_z, out, dtype, device):
     check("out", np.asarray(out), *ref_fwd(host_o, host_z))
 
 
+def _bwd_and_fwd(host, dev, mode, bwd_dtype, fwd_dtype):
+    """zgate.bwd and zgate.fwd on the host arrays put on dev, each checked against float64."""
+    dout, z, o = _put(host, dev)
+    dz, dos = MODES[mode](zgate.bwd)(dout, z, o)
+    _check_bwd(host, dz, dos, bwd_dtype, dev)
+    _check_fwd(host[2], host[1], MODES[mode](zgate.fwd)(o, z), fwd_dtype, dev)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("device", _devices())
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_ids)
 def test_bwd_fwd(rng, device, dtype, mode):
     dev = _device(device)
     host = inputs(rng, (2, 21, 3, 40), dtype)
-    dout, z, o = _put(host, dev)
-    dz, dos = MODES[mode](zgate.bwd)(dout, z, o)
-    _check_bwd(host, dz, dos, dtype, dev)
-    _check_fwd(host[2], host[1], MODES[mode](zgate.fwd)(o, z), dtype, dev)
+    _bwd_and_fwd(host, dev, mode, dtype, dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -86,10 +91,7 @@ def test_mixed_dtypes(rng, device, dt, mode):
     # each tensor its own dtype; new outputs take dout's (bwd) or o's (fwd)
     dev = _device(device)
     host = tuple(a.astype(t) for a, t in zip(inputs(rng, (3, 7, 2, 33), F32), dt))
-    dout, z, o = _put(host, dev)
-    dz, dos = MODES[mode](zgate.bwd)(dout, z, o)
-    _check_bwd(host, dz, dos, dt[0], dev)
-    _check_fwd(host[2], host[1], MODES[mode](zgate.fwd)(o, z), dt[2], dev)
+    _bwd_and_fwd(host, dev, mode, dt[0], dt[2])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -100,10 +102,7 @@ def test_ranks_and_odd_shapes(rng, device, shape, mode):
     dev = _device(device)
     for dtype in (F32, BF16):
         host = inputs(rng, shape, dtype)
-        dout, z, o = _put(host, dev)
-        dz, dos = MODES[mode](zgate.bwd)(dout, z, o)
-        _check_bwd(host, dz, dos, dtype, dev)
-        _check_fwd(host[2], host[1], MODES[mode](zgate.fwd)(o, z), dtype, dev)
+        _bwd_and_fwd(host, dev, mode, dtype, dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)
