@@ -1,6 +1,6 @@
 /* The cheap recipe for 16-bit outputs and the fused runs of one x86 SIMD path
- * (kernels_avx2.c or kernels_avx512.c, picked by ZG_TEST_AVX512 as in test_simd_exp.c; the
- * kernel file is included whole):
+ * (src/cpu/kernels_simd.c over vec_avx2.h or vec_avx512.h, picked by ZG_TEST_AVX512 as in
+ * test_simd_exp.c; the kernel file is included whole):
  *   - bwd16 / fwd16 (simd_exp.h "fast recipe") rounded to float16 and to bfloat16 meet the
  *     numerics policy (check/zgate_check.h's oracle) with margin on random inputs, on a
  *     dense sweep of the root of 1 + z(1-s) and on the subnormal-s region; the float32
