@@ -1,38 +1,21 @@
 /* What the machine allows a run of the zgate command, asked before any work: the host memory
  * available now, whether an output path can be written, the load average. Linux facts come
  * from /proc; where it is missing the limits given on the command line are all there is. */
-#define _POSIX_C_SOURCE 200809L /* strdup, access under -std=c11 */
-#include <ctype.h>
+#define _POSIX_C_SOURCE 200809L /* strdup, access, clock_gettime under -std=c11 */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cli.h"
 
-int cli_parse_size(const char *cmd, const char *opt, const char *s, double *bytes) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  double unit = 1.0;
-  const char *units = "KMGT";
-  const char *u = end && *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-  if (u) {
-    for (const char *p = units; p <= u; p++) unit *= 1024.0;
-    end++;
-    if (*end == 'i' && end[1] == 'B') end += 2;
-    else if (*end == 'B') end++;
-  }
-  if (end == s || errno || *end || !(v > 0) || v * unit > 1e18) {
-    cli_error(cmd, "%s wants a size such as 8G, 512M or 1.5T (K, M, G, T: powers of 1024); got '%s'", opt, s);
-    return -1;
-  }
-  *bytes = v * unit;
-  return 0;
-}
-
-void cli_bytes_str(double bytes, char *buf, size_t n) {
+static void bytes_str(double bytes, char *buf, size_t n) { /* "23.8 GiB" */
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int i = 0;
   while (bytes >= 1024.0 && i < 5) bytes /= 1024.0, i++;
@@ -56,9 +39,9 @@ int cli_memory_fits(double need, double max_bytes, char *why, size_t n) {
   int over_max = max_bytes > 0 && need > max_bytes, over_avail = avail >= 0 && need > avail;
   if (!over_max && !over_avail) return 0;
   char s_need[32], s_max[32], s_avail[32];
-  cli_bytes_str(need, s_need, sizeof s_need);
-  cli_bytes_str(max_bytes, s_max, sizeof s_max);
-  cli_bytes_str(avail, s_avail, sizeof s_avail);
+  bytes_str(need, s_need, sizeof s_need);
+  bytes_str(max_bytes, s_max, sizeof s_max);
+  bytes_str(avail, s_avail, sizeof s_avail);
   if (over_max)
     snprintf(why, n, "needs %s of memory, more than --max-memory %s allows", s_need, s_max);
   else
@@ -99,4 +82,23 @@ int cli_loadavg(double load[3], int *cpus) {
   int n = fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]);
   fclose(f);
   return n == 3 ? 0 : -1;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_shape_str(const int64_t shape[4], char *buf, size_t n) {
+  snprintf(buf, n, "(%lld, %lld, %lld, %lld)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+           (long long)shape[3]);
+}
+
+int cli_max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
 }

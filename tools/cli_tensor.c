@@ -1,6 +1,7 @@
 /* Test and benchmark tensors: one host allocation per tensor with guard regions on both
  * sides of the view, the strides of each layout, element access through the view, a
- * snapshot to find writes outside the view, and the device copy for CUDA runs. */
+ * snapshot to find writes outside the view, one call of the operator on them, random numbers. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,17 +70,16 @@ static int64_t layout_slots(int which, cli_layout layout, const int64_t shape[4]
 
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
   int64_t strides[4], offset;
-  return (double)layout_slots(which, layout, shape, strides, &offset) * (double)cli_dtype_size(dtype);
+  return (double)layout_slots(which, layout, shape, strides, &offset) * (double)(dtype.bits / 8);
 }
 
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
   memset(b, 0, sizeof *b);
   b->dtype = dtype;
-  b->esize = cli_dtype_size(dtype);
+  b->esize = dtype.bits / 8;
   memcpy(b->shape, shape, sizeof b->shape);
   b->nslots = layout_slots(which, layout, shape, b->strides, &b->offset);
-  double bytes = (double)b->nslots * (double)b->esize;
-  if (bytes > 1.0e15) return -1;
+  if ((double)b->nslots * (double)b->esize > 1.0e15) return -1;
   b->host = malloc((size_t)b->nslots * (size_t)b->esize);
   if (!b->host) return -1;
   cli_buf_poison(b);
@@ -147,19 +147,22 @@ int64_t cli_buf_outside_writes(const cli_buf *b) {
   return changed;
 }
 
-int cli_buf_to_device(cli_buf *b, int device) {
-  size_t bytes = (size_t)b->nslots * (size_t)b->esize;
-  if (!b->dev) {
-    b->dev = cli_cuda_malloc(device, bytes);
-    if (!b->dev) return -1;
-    b->device = device;
-  }
-  if (cli_cuda_upload(device, b->dev, b->host, bytes)) return -1;
-  b->on_device = 1;
-  return 0;
+int cli_call(int fwd, cli_buf *b, cli_buf *dos, const zgate_options *opts) {
+  DLTensor dout = cli_buf_tensor(&b[CLI_DOUT]), z = cli_buf_tensor(&b[CLI_Z]), o = cli_buf_tensor(&b[CLI_O]);
+  DLTensor dz = cli_buf_tensor(&b[CLI_DZ]), ds = cli_buf_tensor(dos);
+  return fwd ? zgate_fwd(&o, &z, &dz, opts) : zgate_bwd(&dout, &z, &o, &dz, &ds, opts);
 }
 
-int cli_buf_from_device(cli_buf *b) {
-  if (!b->on_device) return 0;
-  return cli_cuda_download(b->device, b->host, b->dev, (size_t)b->nslots * (size_t)b->esize);
+static uint64_t rng_next(cli_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double cli_rng_uniform(cli_rng *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
+
+double cli_rng_normal(cli_rng *r) {
+  double u = cli_rng_uniform(r), v = cli_rng_uniform(r);
+  return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
 }

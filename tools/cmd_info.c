@@ -14,7 +14,9 @@ static void usage(FILE *f) {
 }
 
 int cli_cmd_info(int argc, char **argv) {
-  int pr = cli_parse("info", argc, argv, NULL, 0, NULL, NULL);
+  static const struct option opts[] = {{"help", 0, NULL, 'h'}, {0}};
+  cli_cfg cfg = {.cmd = "info"};
+  int pr = cli_parse(&cfg, argc, argv, opts);
   if (pr < 0) {
     usage(stdout);
     return CLI_EXIT_OK;
@@ -40,7 +42,7 @@ int cli_cmd_info(int argc, char **argv) {
   } else {
     char buf[256];
     int n = cli_cuda_device_count();
-    cli_cuda_versions(buf, sizeof buf);
+    cli_cuda_describe(-1, buf, sizeof buf);
     if (n) printf("CUDA:               built; %s; %d device%s\n", buf, n, n == 1 ? "" : "s");
     else printf("CUDA:               built; %s; no devices (%s)\n", buf, cli_cuda_last_error());
     for (int d = 0; d < n; d++) {

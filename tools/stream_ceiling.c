@@ -24,15 +24,6 @@
 #define ZB_NEON 1
 #endif
 
-typedef void (*zb_span_fn)(const char *a, const char *b, const char *c, char *d, char *e, size_t lines);
-
-typedef struct zb_variant {
-  const char *name;
-  int width, nt, prefetch;
-  zb_span_fn span; /* whole 64-byte lines, d (and e) at a line boundary for nt */
-  int (*available)(void);
-} zb_variant;
-
 /* ---- the loops -------------------------------------------------------------------------- */
 
 /* One loop body per (ISA, stores, prefetch): ZB_LOOP(ATTR, NAME, NT, PF, ...) defines
@@ -85,7 +76,6 @@ ZB_FOUR(ZB_AVX2, avx2, 32, __m256i, L32, _mm256_xor_si256, S32, N32)
 #define N64(p, v) _mm512_stream_si512((void *)(p), v)
 ZB_FOUR(ZB_AVX512, avx512, 64, __m512i, L64, _mm512_xor_si512, S64, N64)
 
-static int have_sse2(void) { return 1; }
 static int have_avx2(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2");
@@ -96,51 +86,25 @@ static int have_avx512(void) {
 }
 static void zb_fence(void) { _mm_sfence(); }
 
-#define ZB_X86_ROW(isa, w, have)                                                   \
-  {#isa " " #w "B, NT stores", w, 1, 0, isa##_nt, have},                           \
-  {#isa " " #w "B, NT stores, prefetch", w, 1, ZB_PREFETCH_BYTES, isa##_nt_pf, have}, \
-  {#isa " " #w "B, plain stores", w, 0, 0, isa##_plain, have},                     \
-  {#isa " " #w "B, plain stores, prefetch", w, 0, ZB_PREFETCH_BYTES, isa##_plain_pf, have}
-static const zb_variant all_variants[] = {ZB_X86_ROW(sse2, 16, have_sse2), ZB_X86_ROW(avx2, 32, have_avx2),
+#define ZB_X86_ROW(isa, w, have)                                            \
+  {#isa " " #w "B, NT stores", w, 1, isa##_nt, have},                       \
+      {#isa " " #w "B, NT stores, prefetch", w, 1, isa##_nt_pf, have},      \
+      {#isa " " #w "B, plain stores", w, 0, isa##_plain, have},             \
+      {#isa " " #w "B, plain stores, prefetch", w, 0, isa##_plain_pf, have}
+static const zb_variant all_variants[] = {ZB_X86_ROW(sse2, 16, NULL), ZB_X86_ROW(avx2, 32, have_avx2),
                                           ZB_X86_ROW(avx512, 64, have_avx512)};
 
 #elif defined(ZB_NEON)
-/* No non-temporal store in the NEON intrinsics: ordinary stores only. "16B" is one 16-byte
- * ld1 per step, "4x16B" four of them per 64-byte line. */
+/* No non-temporal store in the NEON intrinsics: ordinary stores only, four 16-byte ld1 per
+ * 64-byte line. */
 #define ZB_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
 #define LN(p) vld1q_u8((const uint8_t *)(const void *)(p))
 #define SN(p, v) vst1q_u8((uint8_t *)(void *)(p), v)
-
-static void neon16(const char *a, const char *b, const char *c, char *d, char *e, size_t lines, int pf) {
-  for (size_t i = 0; i < lines * 4; i++, a += 16, b += 16, d += 16) {
-    if (pf && (i & 3) == 0) {
-      ZB_PREFETCH(a + ZB_PREFETCH_BYTES);
-      ZB_PREFETCH(b + ZB_PREFETCH_BYTES);
-      if (c) ZB_PREFETCH(c + ZB_PREFETCH_BYTES);
-    }
-    uint8x16_t x = LN(a), y = LN(b);
-    SN(d, veorq_u8(x, y));
-    if (c) {
-      SN(e, veorq_u8(y, LN(c)));
-      c += 16, e += 16;
-    }
-  }
-}
-static void neon16_plain(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) {
-  neon16(a, b, c, d, e, lines, 0);
-}
-static void neon16_plain_pf(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) {
-  neon16(a, b, c, d, e, lines, 1);
-}
-ZB_LOOP(, neon64_plain, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 0)
-ZB_LOOP(, neon64_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 1)
-static int have_neon(void) { return 1; }
+ZB_LOOP(, neon_plain, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 0)
+ZB_LOOP(, neon_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 1)
 static void zb_fence(void) {}
-static const zb_variant all_variants[] = {
-    {"neon 16B, plain stores", 16, 0, 0, neon16_plain, have_neon},
-    {"neon 16B, plain stores, prefetch", 16, 0, ZB_PREFETCH_BYTES, neon16_plain_pf, have_neon},
-    {"neon 4x16B, plain stores", 16, 0, 0, neon64_plain, have_neon},
-    {"neon 4x16B, plain stores, prefetch", 16, 0, ZB_PREFETCH_BYTES, neon64_plain_pf, have_neon}};
+static const zb_variant all_variants[] = {{"neon 16B, plain stores", 16, 0, neon_plain, NULL},
+                                          {"neon 16B, plain stores, prefetch", 16, 0, neon_plain_pf, NULL}};
 
 #else
 /* Portable C: 8-byte words, ordinary stores. */
@@ -152,9 +116,8 @@ static void word_span(const char *a, const char *b, const char *c, char *d, char
     if (pc) pe[i] = pb[i] ^ pc[i];
   }
 }
-static int have_c(void) { return 1; }
 static void zb_fence(void) {}
-static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, 0, word_span, have_c}};
+static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, word_span, NULL}};
 #endif
 
 /* ---- the list of variants this CPU runs ------------------------------------------------------ */
@@ -167,7 +130,7 @@ static void init_variants(void) {
   if (nvariants >= 0) return;
   int n = 0;
   for (int i = 0; i < ZB_NALL && n < ZB_MAX_VARIANTS; i++)
-    if (all_variants[i].available()) variants[n++] = &all_variants[i];
+    if (!all_variants[i].available || all_variants[i].available()) variants[n++] = &all_variants[i];
   nvariants = n;
 }
 
@@ -175,10 +138,7 @@ int zb_variant_count(void) {
   init_variants();
   return nvariants;
 }
-const char *zb_variant_name(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->name : ""; }
-int zb_variant_width(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->width : 0; }
-int zb_variant_nt(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->nt : 0; }
-int zb_variant_prefetch(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->prefetch : 0; }
+const zb_variant *zb_variant_get(int v) { return v >= 0 && v < zb_variant_count() ? variants[v] : NULL; }
 
 int zb_variant_usable(int v, const zb_stream *s) {
   if (v < 0 || v >= zb_variant_count()) return 0;
@@ -230,16 +190,9 @@ int zb_stream_run(int v, const zb_stream *s, int threads) {
     const size_t t = 0, T = 1;
     (void)threads;
 #endif
-    if (!s->b_row) { /* a contiguous share of whole lines per thread */
-      size_t lo = bytes * t / T / 64 * 64, hi = t + 1 == T ? bytes : bytes * (t + 1) / T / 64 * 64;
-      piece(vt, a + lo, b + lo, c ? c + lo : NULL, d + lo, c ? e + lo : NULL, hi - lo);
-    } else { /* rows of b, each a piece; a share of rows per thread */
-      size_t rows = bytes / s->b_row, r0 = rows * t / T, r1 = rows * (t + 1) / T;
-      for (size_t r = r0; r < r1; r++) {
-        size_t o = r * s->b_row;
-        piece(vt, a + o, b + r * s->b_stride, c ? c + o : NULL, d + o, c ? e + o : NULL, s->b_row);
-      }
-    }
+    /* a contiguous share of whole lines per thread */
+    size_t lo = bytes * t / T / 64 * 64, hi = t + 1 == T ? bytes : bytes * (t + 1) / T / 64 * 64;
+    piece(vt, a + lo, b + lo, c ? c + lo : NULL, d + lo, c ? e + lo : NULL, hi - lo);
     if (vt->nt) zb_fence();
   }
   return 0;
@@ -247,28 +200,20 @@ int zb_stream_run(int v, const zb_stream *s, int threads) {
 
 /* ---- timing ----------------------------------------------------------------------------- */
 
-static double wall_now(void) {
+static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static double cpu_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void zb_stream_time(const zb_stream *s, int threads, int reps, double *wall, double *cpu) {
+void zb_stream_time(const zb_stream *s, int threads, int reps, double *secs) {
   const int nv = zb_variant_count();
   for (int v = 0; v < nv; v++) zb_stream_run(v, s, threads); /* warm-up */
   for (int r = 0; r < reps; r++)
     for (int v = 0; v < nv; v++) {
-      double c0 = cpu_now(), t0 = wall_now();
+      double t0 = now();
       int st = zb_stream_run(v, s, threads);
-      double t1 = wall_now(), c1 = cpu_now();
-      wall[v * reps + r] = st ? -1.0 : t1 - t0;
-      if (cpu) cpu[v * reps + r] = st ? -1.0 : c1 - c0;
+      secs[v * reps + r] = st ? -1.0 : now() - t0;
     }
 }
 
