@@ -16,12 +16,15 @@
  * asked for did not run (not enough memory, no device) and nothing failed. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NOT_RUN = 3 };
 
-/* "zgate <cmd>: <message>" on stderr. */
-void cli_error(const char *cmd, const char *fmt, ...)
+/* printf-style functions, their format checked where the compiler can. */
 #if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
+#define CLI_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define CLI_PRINTF(fmt, args)
 #endif
-    ;
+
+/* "zgate <cmd>: <message>" on stderr. */
+CLI_PRINTF(2, 3) void cli_error(const char *cmd, const char *fmt, ...);
 
 /* Tensor dtypes of one call, in the order dout, z, o, dz, dout_scaled; the forward's output
  * is stored as dz. */
@@ -183,7 +186,6 @@ void cli_shape_str(const int64_t shape[4], char *buf, size_t n); /* "(2, 2048, 2
 int cli_max_threads(void); /* OpenMP's default thread count, 1 without OpenMP */
 
 /* Subcommands. */
-int cli_cmd_info(int argc, char **argv);
 int cli_cmd_check(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 

@@ -96,11 +96,9 @@ const char *cli_dtype_name(DLDataType t) {
 }
 
 static int dtype_code(const char *s) {
-  static const char *const names[] = {"f32", "float32", "fp32", "float", "f16", "float16", "fp16", "half", "bf16",
-                                      "bfloat16"};
-  static const int codes[] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2};
-  for (int i = 0; i < 10; i++)
-    if (!strcmp(names[i], s)) return codes[i];
+  static const char *const names[] = {"f32", "f16", "bf16", "float32", "float16", "bfloat16"};
+  for (int i = 0; i < 6; i++)
+    if (!strcmp(names[i], s)) return i % 3;
   return -1;
 }
 

@@ -41,8 +41,8 @@ static void note(char *skipped, size_t n, const char *what) {
 
 static int bad_list(const char *cmd, const char *opt, const char *spec) {
   cli_error(cmd, "%s wants a comma-separated list of: %s; got '%s'", opt,
-            strcmp(opt, "--isa") ? "all, cpu, best, scalar, avx2, avx512, neon (or cpu:NAME), cuda, cuda:N"
-                                 : "cpu, best, scalar, avx2, avx512, neon (or cpu:NAME)",
+            strcmp(opt, "--isa") ? "all, cpu, best, scalar, avx2, avx512, neon, cuda, cuda:N"
+                                 : "cpu, best, scalar, avx2, avx512, neon",
             spec);
   return -1;
 }
@@ -54,11 +54,10 @@ int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend
   if (!skipped) skipped = scratch, nskipped = sizeof scratch;
   skipped[0] = '\0';
   if (snprintf(list, sizeof list, "%s", spec) >= (int)sizeof list) list[0] = '\0';
-  /* A list of: all, cpu (every CPU path), best, an ISA name or cpu:ISA, cuda (every device),
-   * cuda:N. */
+  /* A list of: all, cpu (every CPU path), best, a CPU path, cuda (every device), cuda:N. */
   for (char *item = strtok(list, ","); item; item = strtok(NULL, ",")) {
-    const int all = !strcmp(item, "all"), cpu = all || !strcmp(item, "cpu");
-    const char *isa = strncmp(item, "cpu:", 4) ? item : item + 4;
+    const int all = !strcmp(item, "all"), cpu = all || !strcmp(item, "cpu"), best = !strcmp(item, "best");
+    const char *isa = best ? zgate_cpu_isa_chosen() : item;
     int known = -1;
     for (int i = 0; i < 4; i++) {
       char why[80];
@@ -69,25 +68,21 @@ int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend
     }
     if (all && zgate_cuda_built() && ndev == 0) note(skipped, nskipped, "cuda (built, but no CUDA device found)");
     for (int i = 0; i < ndev && (all || !strcmp(item, "cuda")); i++) add(out, &count, NULL, i);
-    if (cpu || (!strcmp(item, "cuda") && ndev > 0)) continue;
-    if (!strcmp(isa, "best") || !strcmp(isa, "default")) {
-      for (int i = 0; i < 4 && known < 0; i++)
-        if (!strcmp(zgate_cpu_isa_chosen(), cli_cpu_isas[i])) known = i;
-      if (known < 0) { /* the library's default path, which ZGATE_CPU_ISA can leave empty */
-        const char *env = getenv("ZGATE_CPU_ISA");
-        cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); unset it "
-                       "or set it to a path this machine runs ('zgate info' lists them)", env ? env : "",
-                  env && isa_built(env) ? "is a path this machine cannot run" : "names no CPU path");
-        return -1;
-      }
+    char *end = NULL;
+    long d = !strncmp(item, "cuda:", 5) ? strtol(item + 5, &end, 10) : -1;
+    if (cpu || (!strcmp(item, "cuda") && ndev > 0)) {
+      continue;
+    } else if (best && known < 0) { /* the library's default path, which ZGATE_CPU_ISA can leave empty */
+      const char *env = getenv("ZGATE_CPU_ISA");
+      cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); unset it "
+                     "or set it to a path this machine runs ('zgate info' lists them)", env ? env : "",
+                env && isa_built(env) ? "is a path this machine cannot run" : "names no CPU path");
+      return -1;
     } else if (known >= 0 && !zgate_cpu_isa_available(isa)) {
       cli_error(cmd, "the CPU path '%s' is %s", isa,
                 isa_built(isa) ? "built but this CPU (or OS) cannot run it" : "not built into this zgate");
       return -1;
-    }
-    char *end = NULL;
-    long d = !strncmp(item, "cuda:", 5) ? strtol(item + 5, &end, 10) : -1;
-    if (known >= 0) {
+    } else if (known >= 0) {
       add(out, &count, cli_cpu_isas[known], 0);
     } else if (!strncmp(item, "cuda", 4) && !zgate_cuda_built()) {
       cli_error(cmd, "this zgate was built without CUDA, so '%s' cannot run", item);

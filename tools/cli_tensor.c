@@ -14,42 +14,23 @@ enum { GUARD_FRONT = 16, GUARD_BACK = 64 };
 
 int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
-static void compact(const int64_t sh[4], int64_t st[4]) {
-  st[3] = 1;
-  st[2] = sh[3];
-  st[1] = sh[2] * sh[3];
-  st[0] = sh[1] * sh[2] * sh[3];
-}
+/* The memory order of each tensor in the permuted layout, outermost dimension first, and
+ * the padding of the innermost one: dout (B, H, L, D+3), padded rows; z (B, L, D, H), headdim
+ * strided; o (L, B, H, D); dz (H, D, B, L), every dimension strided; dos (B, H, L, D+1). */
+static const int permuted[CLI_NT][5] = {{0, 2, 1, 3, 3}, {0, 1, 3, 2, 0}, {1, 0, 2, 3, 0}, {2, 3, 0, 1, 0}, {0, 2, 1, 3, 1}};
 
 /* The strides of tensor `which` in `layout`, and the elements skipped before its first one. */
 static void layout_strides(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *skip) {
-  const int64_t B = sh[0], L = sh[1], H = sh[2], D = sh[3];
+  static const int dense[5] = {0, 1, 2, 3, 0};
+  const int *order = layout == CLI_PERMUTED ? permuted[which] : dense;
+  int64_t s = 1;
+  for (int k = 3; k >= 0; k--) st[order[k]] = s, s *= sh[order[k]] + (k == 3 ? order[4] : 0);
   *skip = 0;
-  compact(sh, st);
   if (layout == CLI_ZVIEW && which == CLI_Z) {
     /* z is the second of two H*D-wide streams in a projection row, padded by 32 elements,
      * like Mamba-3's input projection (d_in_proj ~ 2.1 x nheads*headdim). */
-    const int64_t P = 2 * H * D + 32;
-    st[0] = L * P, st[1] = P, st[2] = D, st[3] = 1;
-    *skip = H * D;
-  } else if (layout == CLI_PERMUTED) {
-    switch (which) {
-    case CLI_DOUT: /* memory order (B, H, L, D+3): padded rows */
-      st[3] = 1, st[1] = D + 3, st[2] = L * (D + 3), st[0] = H * L * (D + 3);
-      break;
-    case CLI_Z: /* memory order (B, L, D, H): headdim strided */
-      st[2] = 1, st[3] = H, st[1] = D * H, st[0] = L * D * H;
-      break;
-    case CLI_O: /* memory order (L, B, H, D) */
-      st[3] = 1, st[2] = D, st[0] = H * D, st[1] = B * H * D;
-      break;
-    case CLI_DZ: /* memory order (H, D, B, L): every dimension strided */
-      st[1] = 1, st[0] = L, st[3] = B * L, st[2] = D * B * L;
-      break;
-    default: /* dos: memory order (B, H, L, D+1) */
-      st[3] = 1, st[1] = D + 1, st[2] = L * (D + 1), st[0] = H * L * (D + 1);
-      break;
-    }
+    st[1] = 2 * sh[2] * sh[3] + 32, st[0] = sh[1] * st[1];
+    *skip = sh[2] * sh[3];
   }
 }
 

@@ -3,15 +3,60 @@
  * percentage of a ceiling measured in the same run on the same number of bytes (CPU: the
  * fastest of several streaming loops with the operator's reads and writes, 3 + 2 for the
  * backward and 2 + 1 for the forward, on the same threads (stream_ceiling.c); CUDA: a
- * device-to-device copy). Prints a table, writes JSON, draws a PNG with gnuplot. */
-#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
+ * device-to-device copy). Prints a table, writes JSON, and draws a PNG chart (achieved GB/s
+ * against the ceiling, one panel per backend) with gnuplot from a data file and a script
+ * written next to the PNG. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep, access under -std=c11 */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <zgate_check.h>
 
-#include "bench.h"
+#include "cli.h"
+#include "stream_ceiling.h"
+
+/* Rows whose figures cannot be trusted: the slowest timed call (the operator's or the
+ * ceiling's) took more than NOISY_SPREAD times the fastest, or the operator beat its ceiling
+ * by more than a memory-bound operator can (MAX_PLAUSIBLE_PCT): the machine was busy. */
+#define BENCH_NOISY_SPREAD 1.25
+#define BENCH_MAX_PLAUSIBLE_PCT 105.0
+/* --settle waits until the 1-minute load average is under this many per CPU online: the
+ * benchmark's own threads then meet little other work. */
+#define BENCH_SETTLE_LOAD_PER_CPU 0.25
+
+/* One measured configuration. Figures of three: [0] at the median time, [1] the lowest, [2]
+ * the highest over the timed calls (times: median, fastest, slowest). */
+typedef struct bench_result {
+  const cli_backend *be;
+  int fwd;
+  int64_t shape[4];
+  cli_dtypes dt;
+  int layout;
+  double bytes;         /* bytes the operator reads plus writes */
+  double ceiling_bytes; /* bytes the ceiling moves (the same, rounded up to whole lines) */
+  int repeats;
+  double time_s[3], ceiling_s[3], first_s;
+  double gbps[3], ceiling_gbps[3];
+  double pct[3]; /* 100 * gbps / ceiling_gbps; the range pairs the extremes */
+  /* CPU: every stream variant's GB/s ([0] < 0: not usable on these buffers), and the
+   * fastest by median, the ceiling (-1 on CUDA) */
+  int nvariants, ceiling_variant;
+  double variant_gbps[ZB_MAX_VARIANTS][3];
+  int failed;      /* zgate returned an error (else error[] says why it did not run) */
+  char error[256]; /* non-empty when the configuration could not run */
+} bench_result;
+
+typedef struct bench_meta {
+  int threads;
+  char date[64];
+  int have_load, cpus; /* the load average when the run started, and the CPUs online */
+  double load[3];
+  int settle_asked, settled; /* --settle given; the load fell under the threshold in time */
+  double settle_wait_s;
+} bench_meta;
 
 /* Small enough that the whole default suite runs in well under a minute on two cores. */
 static const int64_t default_shapes[][4] = {{2, 2048, 24, 64}, {2, 2048, 40, 80}, {4, 4096, 32, 64}};
@@ -24,20 +69,16 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: zgate bench [options]\n"
           "\n"
-          "Times the operator on each backend and reports GB/s (bytes read plus written, once\n"
-          "each) and the percentage of a ceiling measured in the same run over the same bytes:\n"
-          "on the CPU the fastest of several streaming loops with the operator's reads and\n"
-          "writes (bwd 3 + 2, fwd 2 + 1) on the same threads: 16-, 32- and 64-byte loads where\n"
-          "the CPU has them, non-temporal or plain stores, with and without software prefetch,\n"
-          "timed round robin (each one's GB/s is printed after the table); on CUDA a\n"
-          "device-to-device copy (L2 flushed before every timed call).\n"
-          "Every figure comes with its range over the timed calls (fastest..slowest); a row whose\n"
-          "calls spread more than %.2fx, or that exceeds %.0f%% of its ceiling, is flagged: the\n"
-          "machine was busy (the load average at the start is printed and stored). Prints a\n"
-          "table, writes JSON and a PNG chart (the chart needs gnuplot). Exits 0 when every\n"
-          "configuration ran, 1 when zgate returned an error, 2 on bad options or an output path\n"
-          "that cannot be written (checked before any work), 3 when a configuration did not run\n"
-          "(not enough memory, no elements, no device).\n"
+          "Times the operator on each backend: GB/s (bytes read plus written, once each) and the\n"
+          "percentage of a ceiling measured in the same run over the same bytes (CPU: the fastest of\n"
+          "several streaming loops with the operator's reads and writes on the same threads, timed\n"
+          "round robin, each one's GB/s listed after the table; CUDA: a device-to-device copy, L2\n"
+          "flushed before every timed call). Each figure comes with its range over the timed calls;\n"
+          "a row whose calls spread more than %.2fx, or above %.0f%% of its ceiling, is flagged: the\n"
+          "machine was busy. Prints a table, writes JSON and a PNG chart (with gnuplot). Exits 0 when\n"
+          "every configuration ran, 1 when zgate returned an error, 2 on bad options or an output\n"
+          "path that cannot be written (checked before any work), 3 when a configuration did not\n"
+          "run (not enough memory, no elements, no device).\n"
           "\n"
           "options:\n"
           "  --shape B,L,H,D    a shape; repeat for several (default on the CPU: (2,2048,24,64),\n"
@@ -65,6 +106,15 @@ static void usage(FILE *f) {
           "                     say how long it waited and whether the machine settled\n"
           "  --help             this text\n",
           BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, BENCH_SETTLE_LOAD_PER_CPU);
+}
+
+/* Why the configuration did not run; failed: zgate returned an error. */
+static CLI_PRINTF(3, 4) void set_error(bench_result *r, int failed, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->error, sizeof r->error, fmt, ap);
+  va_end(ap);
+  r->failed = failed;
 }
 
 /* Inputs for timing: a repeating table of ordinary values over the whole allocation (fast
@@ -138,9 +188,9 @@ static void cpu_ceiling(const cli_cfg *cfg, bench_result *r, cli_buf *b, int rep
       for (int k = 0; k < 3; k++) r->variant_gbps[v][k] = r->ceiling_bytes / sv[k ? 3 - k : 0] / 1e9;
       if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0]) r->ceiling_variant = v, memcpy(r->ceiling_s, sv, sizeof sv);
     }
-    if (r->ceiling_variant < 0) snprintf(r->error, sizeof r->error, "no ceiling variant runs on these buffers");
+    if (r->ceiling_variant < 0) set_error(r, 0, "no ceiling variant runs on these buffers");
   } else {
-    snprintf(r->error, sizeof r->error, "out of memory for the ceiling buffers");
+    set_error(r, 0, "out of memory for the ceiling buffers");
   }
   free(w);
   for (int i = 0; i < na && !own; i++) free(a[i]);
@@ -161,53 +211,37 @@ static int call_op(void *p) {
 static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *dos) {
   const cli_backend *be = r->be;
   const int reps = cfg->repeats ? cfg->repeats : be->is_cuda ? 50 : 10;
+  /* CUDA's ceiling: a device-to-device copy moving the same bytes (half read, half written) */
+  const size_t half = ((size_t)(r->bytes / 2.0) + 255) & ~(size_t)255;
   bench_call call = {r->fwd, b, dos, {0}};
   zgate_options_init(&call.opts);
   if (!be->is_cuda) call.opts.num_threads = cfg->threads, call.opts.cpu_isa = be->isa;
   double *t = malloc(sizeof(double) * (size_t)reps);
-  if (!t) {
-    snprintf(r->error, sizeof r->error, "out of memory");
-    return;
-  }
-  if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device)) {
-    snprintf(r->error, sizeof r->error, "CUDA memory: %s", cli_cuda_last_error());
-    free(t);
-    return;
-  }
-  for (int i = 0; i < cfg->warmup || i == 0; i++) {
+  if (!t) set_error(r, 0, "out of memory");
+  else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device)) set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
+  for (int i = 0; !r->error[0] && (i < cfg->warmup || i == 0); i++) {
     double t0 = cli_now();
     int st = call_op(&call);
     if (st == ZGATE_OK && be->is_cuda && cli_cuda_sync(be->device)) st = ZGATE_ERR_CUDA;
     if (i == 0) r->first_s = cli_now() - t0;
-    if (st != ZGATE_OK) {
-      snprintf(r->error, sizeof r->error, "zgate returned %d (%s): %s", st, zgate_status_str(st),
-               zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
-      r->failed = 1;
-      free(t);
-      return;
-    }
+    if (st != ZGATE_OK)
+      set_error(r, 1, "zgate returned %d (%s): %s", st, zgate_status_str(st),
+                zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
   }
-  for (int i = 0; i < reps && !be->is_cuda; i++) {
+  for (int i = 0; i < reps && !be->is_cuda && !r->error[0]; i++) {
     double t0 = cli_now();
     call_op(&call);
     t[i] = cli_now() - t0;
   }
-  r->repeats = reps;
-  if (be->is_cuda && cli_cuda_time(be->device, call_op, &call, 0, reps, t)) {
-    snprintf(r->error, sizeof r->error, "CUDA: %s", cli_cuda_last_error());
-    r->failed = 1;
-    free(t);
-    return;
-  }
-  zb_summarize(t, reps, r->time_s);
-  if (!be->is_cuda) {
-    cpu_ceiling(cfg, r, b, reps);
-  } else { /* a device-to-device copy moving the same bytes (half read, half written) */
-    size_t half = ((size_t)(r->bytes / 2.0) + 255) & ~(size_t)255;
-    r->ceiling_bytes = 2.0 * (double)half;
-    if (cli_cuda_time(be->device, NULL, NULL, half, reps, t))
-      snprintf(r->error, sizeof r->error, "CUDA copy ceiling: %s", cli_cuda_last_error());
-    else zb_summarize(t, reps, r->ceiling_s);
+  if (!r->error[0] && be->is_cuda && cli_cuda_time(be->device, call_op, &call, 0, reps, t))
+    set_error(r, 1, "CUDA: %s", cli_cuda_last_error());
+  if (!r->error[0]) {
+    r->repeats = reps;
+    zb_summarize(t, reps, r->time_s);
+    if (!be->is_cuda) cpu_ceiling(cfg, r, b, reps);
+    else if (cli_cuda_time(be->device, NULL, NULL, half, reps, t))
+      set_error(r, 0, "CUDA copy ceiling: %s", cli_cuda_last_error());
+    else zb_summarize(t, reps, r->ceiling_s), r->ceiling_bytes = 2.0 * (double)half;
   }
   free(t);
 }
@@ -216,21 +250,16 @@ static void run_config(const cli_cfg *cfg, bench_result *r) {
   cli_buf b[CLI_NT];
   memset(b, 0, sizeof b);
   char why[160];
-  if (cli_numel(r->shape) == 0) {
-    snprintf(r->error, sizeof r->error, "not run: the shape has no elements");
-    return;
-  }
-  if (cli_memory_fits(config_bytes(r), cfg->max_memory, why, sizeof why)) {
-    snprintf(r->error, sizeof r->error, "not run: %s", why);
-    return;
-  }
+  if (cli_numel(r->shape) == 0) set_error(r, 0, "not run: the shape has no elements");
+  else if (cli_memory_fits(config_bytes(r), cfg->max_memory, why, sizeof why)) set_error(r, 0, "not run: %s", why);
+  if (r->error[0]) return;
   int ok = 1;
   for (int i = 0; i < CLI_NT && ok; i++)
     if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i])) ok = 0;
   for (int i = 0; i < 3 && ok; i++)
     if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
   if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS]);
-  else snprintf(r->error, sizeof r->error, "not run: out of host memory for this shape");
+  else set_error(r, 0, "not run: out of host memory for this shape");
   for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
   for (int k = 0; k < 3 && !r->error[0]; k++) { /* the lowest rate is the slowest call's */
     r->gbps[k] = r->bytes / r->time_s[k ? 3 - k : 0] / 1e9;
@@ -262,6 +291,272 @@ static void settle(const cli_cfg *cfg, bench_meta *m) {
            m->load[0] >= 0.5 ? " (other work is running: expect the figures to swing)" : "");
 }
 
+/* ---- outputs: the table, JSON, the chart ------------------------------------------------ */
+
+static const char ceiling_cpu[] = "fastest stream variant (ceiling_variants), same reads, writes, threads and bytes";
+static const char ceiling_cuda[] = "device-to-device copy of the same bytes";
+
+/* "" for a trustworthy row, else why not ("noisy", "above ceiling" or both). */
+static const char *flag_of(const bench_result *r) {
+  if (r->error[0]) return "";
+  int noisy = r->time_s[2] > BENCH_NOISY_SPREAD * r->time_s[1] || r->ceiling_s[2] > BENCH_NOISY_SPREAD * r->ceiling_s[1];
+  int above = r->pct[0] > BENCH_MAX_PLAUSIBLE_PCT;
+  return noisy && above ? "noisy, above ceiling" : noisy ? "noisy" : above ? "above ceiling" : "";
+}
+
+/* The first columns of a row: backend, op, shape, dtype (one type, or "mixed": the JSON has
+ * every tensor's), layout. */
+static void row_head(const bench_result *r) {
+  char shape[64], dts[64];
+  cli_shape_str(r->shape, shape, sizeof shape);
+  cli_dtypes_str(&r->dt, r->fwd, dts, sizeof dts);
+  printf("%-10s %-3s %-22s %-8s %-8s", r->be->label, r->fwd ? "fwd" : "bwd", shape, strchr(dts, ' ') ? "mixed" : dts,
+         cli_layout_names[r->layout]);
+}
+
+/* "v (lo..hi)" of a figure of three. */
+static const char *range_cell(char *buf, size_t n, const double v[3], double scale) {
+  snprintf(buf, n, "%.1f (%.1f..%.1f)", v[0] * scale, v[1] * scale, v[2] * scale);
+  return buf;
+}
+
+static void print_table(const bench_result *r, int n, const bench_meta *m) {
+  printf("%-10s %-3s %-22s %-8s %-8s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
+         "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
+  int nflag = 0, nv = 0;
+  for (int i = 0; i < n; i++) {
+    const bench_result *x = &r[i];
+    char c1[48], c2[48], c3[48], c4[48];
+    row_head(x);
+    if (x->error[0]) {
+      printf(" %s\n", x->error);
+      continue;
+    }
+    nflag += flag_of(x)[0] != 0;
+    if (x->nvariants > nv) nv = x->nvariants;
+    printf(" %9.1f  %-30s %-20s %-20s %-21s %s\n", x->bytes / 1e6, range_cell(c1, sizeof c1, x->time_s, 1e6),
+           range_cell(c2, sizeof c2, x->gbps, 1.0), range_cell(c3, sizeof c3, x->ceiling_gbps, 1.0),
+           range_cell(c4, sizeof c4, x->pct, 1.0), flag_of(x));
+  }
+  printf("(ranges: lowest..highest over the timed calls; %% ceil's pairs zgate's slowest call with the ceiling's fastest and back)\n");
+  if (nflag)
+    printf("%d of %d rows flagged: 'noisy' = the slowest timed call (zgate's or the ceiling's) took more than %.2fx "
+           "the fastest; 'above ceiling' = over %.0f%% of the ceiling, which a memory-bound operator cannot reach. "
+           "The machine was busy (load average at start: %.2f on %d CPUs): rerun on a quiet one.\n",
+           nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, m->have_load ? m->load[0] : -1.0, m->cpus);
+  if (m->settle_asked && !m->settled)
+    printf("The machine did not settle within %.0f s (load average %.2f on %d CPUs): the figures may be low.\n",
+           m->settle_wait_s, m->load[0], m->cpus);
+  if (!nv) return;
+  /* The CPU ceiling's variants: a legend, then each CPU row's median GB/s of every variant. */
+  printf("\nCPU ceiling: the fastest of %d stream variants on each row's buffers, timed round robin "
+         "(median GB/s; * the ceiling, - not usable on these buffers):\n", nv);
+  for (int v = 0; v < nv; v++) printf("  v%-2d %s\n", v + 1, zb_variant_get(v)->name);
+  printf("%-10s %-3s %-22s %-8s %-8s", "backend", "op", "shape", "dtype", "layout");
+  for (int v = 0; v < nv; v++) printf("  %5s%d ", "v", v + 1);
+  printf("\n");
+  for (int i = 0; i < n; i++) {
+    const bench_result *x = &r[i];
+    if (x->error[0] || !x->nvariants) continue;
+    row_head(x);
+    for (int v = 0; v < x->nvariants; v++) {
+      if (x->variant_gbps[v][0] < 0) printf("  %6s ", "-");
+      else printf("  %6.1f%s", x->variant_gbps[v][0], v == x->ceiling_variant ? "*" : " ");
+    }
+    printf("\n");
+  }
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f), fputc(*s, f);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", (unsigned char)*s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* A number, or null for what JSON cannot hold (inf, NaN). */
+static void json_num(FILE *f, const char *before, double v) {
+  fprintf(f, v == v && v < 1e300 && v > -1e300 ? "%s%.6g" : "%snull", before, v);
+}
+
+/* ", name: v[0], name_range: [v[1], v[2]]". */
+static void json_num3(FILE *f, const char *name, const double v[3], double scale) {
+  fprintf(f, ", \"%s\": ", name);
+  json_num(f, "", v[0] * scale);
+  fprintf(f, ", \"%s_range\": ", name);
+  json_num(f, "[", v[1] * scale);
+  json_num(f, ", ", v[2] * scale);
+  fputc(']', f);
+}
+
+static int write_json(const char *path, const bench_result *r, int n, const bench_meta *m) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "{\n  \"tool\": \"zgate bench\",\n  \"zgate_version\": ");
+  json_str(f, zgate_version());
+  fprintf(f, ",\n  \"build\": ");
+  json_str(f, zgate_build_info());
+  fprintf(f, ",\n  \"date\": \"%s\",\n  \"cpu_threads\": %d,\n  \"load_average_at_start\": ", m->date, m->threads);
+  if (m->have_load) fprintf(f, "[%.2f, %.2f, %.2f]", m->load[0], m->load[1], m->load[2]);
+  else fputs("null", f);
+  fprintf(f, ",\n  \"cpus_online\": %d,\n  \"settle\": ", m->cpus);
+  if (m->settle_asked) fprintf(f, "{\"waited_s\": %.1f, \"settled\": %s}", m->settle_wait_s, m->settled ? "true" : "false");
+  else fputs("null", f);
+  fprintf(f, ",\n  \"ceiling\": {\"cpu\": \"%s\", \"cuda\": \"%s\"},\n", ceiling_cpu, ceiling_cuda);
+  fprintf(f, "  \"bytes_counted\": \"bytes read plus bytes written by the operator, once each\",\n");
+  fprintf(f, "  \"ranges\": \"[lowest, highest] over the timed calls; pct_of_ceiling's pairs zgate's slowest call "
+             "with the ceiling's fastest and back\",\n");
+  fprintf(f, "  \"flags\": \"noisy: the slowest timed call (zgate's or the ceiling's) took more than %.2fx the "
+             "fastest; above ceiling: over %.0f%% of the ceiling\",\n", BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT);
+  fprintf(f, "  \"results\": [");
+  for (int i = 0; i < n; i++) {
+    const bench_result *x = &r[i];
+    char dts[64];
+    cli_dtypes_str(&x->dt, x->fwd, dts, sizeof dts);
+    fprintf(f, "%s\n    {\"backend\": \"%s\", \"op\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld], \"dtypes\": \"%s\"",
+            i ? "," : "", x->be->label, x->fwd ? "fwd" : "bwd", (long long)x->shape[0], (long long)x->shape[1],
+            (long long)x->shape[2], (long long)x->shape[3], dts);
+    fprintf(f, ", \"layout\": \"%s\", \"elements\": %lld, \"bytes\": %.0f, \"repeats\": %d, \"threads\": %d",
+            cli_layout_names[x->layout], (long long)cli_numel(x->shape), x->bytes, x->repeats,
+            x->be->is_cuda ? 0 : m->threads);
+    if (x->error[0]) {
+      fprintf(f, ", \"error\": ");
+      json_str(f, x->error);
+      fputc('}', f);
+      continue;
+    }
+    json_num(f, ",\n     \"first_call_us\": ", x->first_s * 1e6);
+    json_num3(f, "median_us", x->time_s, 1e6);
+    json_num3(f, "gbps", x->gbps, 1.0);
+    fputs("\n    ", f);
+    json_num3(f, "ceiling_median_us", x->ceiling_s, 1e6);
+    json_num3(f, "ceiling_gbps", x->ceiling_gbps, 1.0);
+    json_num3(f, "pct_of_ceiling", x->pct, 1.0);
+    if (x->ceiling_variant >= 0) {
+      fprintf(f, ",\n     \"ceiling_variant\": \"%s\", \"ceiling_variants\": [", zb_variant_get(x->ceiling_variant)->name);
+      for (int v = 0; v < x->nvariants; v++) {
+        fprintf(f, "%s{\"name\": \"%s\"", v ? ", " : "", zb_variant_get(v)->name);
+        if (x->variant_gbps[v][0] < 0) fprintf(f, ", \"usable\": false}");
+        else json_num3(f, "gbps", x->variant_gbps[v], 1.0), fputc('}', f);
+      }
+      fputc(']', f);
+    }
+    fprintf(f, ", \"flag\": \"%s\"}", flag_of(x));
+  }
+  fprintf(f, "\n  ]\n}\n");
+  int bad = ferror(f);
+  return (fclose(f) || bad) ? -1 : 0;
+}
+
+static int check_png(const char *png_path) {
+  /* The path goes between single quotes in a shell command and a gnuplot string. */
+  if (strpbrk(png_path, "'\"\n\\")) {
+    cli_error("bench", "--png %s: the path contains quotes or backslashes, which gnuplot cannot take; choose another",
+              png_path);
+    return -1;
+  }
+  return cli_check_output("bench", "--png", png_path);
+}
+
+static int plot(const char *png_path, const bench_result *r, int n, const bench_meta *m) {
+  size_t len = strlen(png_path);
+  char *dat = malloc(len + 8), *gp = malloc(len + 8), *cmd = malloc(len + 32);
+  int npanels = 0, rows = 0, maxrows = 0, nflag = 0, rc = -1;
+  unsigned layouts = 0;
+  FILE *f = NULL;
+  if (!dat || !gp || !cmd) goto done;
+  if (len > 4 && !strcmp(png_path + len - 4, ".png")) len -= 4;
+  sprintf(dat, "%.*s.dat", (int)len, png_path);
+  sprintf(gp, "%.*s.gp", (int)len, png_path);
+
+  /* One data block per backend (gnuplot's "index"); the results come backend by backend. */
+  if (!(f = fopen(dat, "w"))) {
+    cli_error("bench", "cannot write '%s'", dat);
+    goto done;
+  }
+  fprintf(f, "# zgate bench: label, GB/s (median, lowest, highest), ceiling GB/s (the same), bar label\n");
+  for (int i = 0; i < n; i++) {
+    const bench_result *x = &r[i];
+    if (i == 0 || x->be != r[i - 1].be) fprintf(f, "%s# %s\n", npanels++ ? "\n\n" : "", x->be->label), rows = 0;
+    if (x->error[0]) continue;
+    char dts[64];
+    const char *flag = flag_of(x);
+    cli_dtypes_str(&x->dt, x->fwd, dts, sizeof dts);
+    nflag += flag[0] != 0;
+    layouts |= 1u << x->layout;
+    if (++rows > maxrows) maxrows = rows;
+    fprintf(f, "\"%s %s %s %lldx%lldx%lldx%lld\" %.4g %.4g %.4g %.4g %.4g %.4g \"%.0f%%%s%s\"\n", x->fwd ? "fwd" : "bwd",
+            strchr(dts, ' ') ? "mixed" : dts, cli_layout_names[x->layout], (long long)x->shape[0],
+            (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3], x->gbps[0], x->gbps[1], x->gbps[2],
+            x->ceiling_gbps[0], x->ceiling_gbps[1], x->ceiling_gbps[2], x->pct[0], flag[0] ? " ! " : "", flag);
+  }
+  fclose(f);
+
+  int nlines = 2 + m->have_load + m->settle_asked, width = 360 + 95 * (maxrows > 4 ? maxrows : 4);
+  for (int i = 0; i < CLI_NLAYOUTS; i++) nlines += layouts >> i & 1u;
+  width = width < 900 ? 900 : width > 2400 ? 2400 : width; /* at least the title's room */
+  if (!(f = fopen(gp, "w"))) {
+    cli_error("bench", "cannot write '%s'", gp);
+    goto done;
+  }
+  fprintf(f, "# gnuplot script written by 'zgate bench'; run: gnuplot '%s'\n", gp);
+  fprintf(f, "set terminal pngcairo size %d,%d font 'DejaVu Sans,10' noenhanced\n", width, 140 + 16 * nlines + 420 * npanels);
+  fprintf(f, "set output '%s'\n", png_path);
+  /* The title says what the bars, whiskers and marks are, and what each layout name means. */
+  fprintf(f,
+          "set multiplot layout %d,1 title \"zgate %s: achieved bandwidth vs the ceiling measured in the same run "
+          "(%s)\\nbars: median of the timed calls; whiskers: their lowest..highest; '!': the calls spread more than "
+          "%.2fx (noisy) or the row is above %.0f%% of its ceiling",
+          npanels > 0 ? npanels : 1, zgate_version(), m->date, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT);
+  if (m->have_load)
+    fprintf(f, "\\nload average at start: %.2f %.2f %.2f on %d CPUs%s", m->load[0], m->load[1], m->load[2], m->cpus,
+            nflag ? ": the machine was busy, so the flagged rows are not to be trusted" : "");
+  if (m->settle_asked)
+    fprintf(f, "\\n%s after waiting %.0f s for the load to fall",
+            m->settled ? "the machine settled" : "THE MACHINE DID NOT SETTLE (figures may be low)", m->settle_wait_s);
+  for (int i = 0; i < CLI_NLAYOUTS; i++)
+    if (layouts >> i & 1u) fprintf(f, "\\n%s: %s", cli_layout_names[i], cli_layout_about[i]);
+  fprintf(f, "\"\n");
+  fprintf(f, "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.38\nset grid ytics lc rgb '#dddddd'\n");
+  fprintf(f, "set ylabel 'GB/s (bytes read + written)'\nset yrange [0:*]\nset offsets 0.6, 0.6, 0, 0\n");
+  fprintf(f, "set xtics rotate by 25 right nomirror font ',9'\nset key top left opaque box\nset bmargin 8\nset lmargin 16\n");
+  for (int i = 0, k = 0; i < n; i++) {
+    if (i > 0 && r[i].be == r[i - 1].be) continue;
+    if (r[i].be->is_cuda) fprintf(f, "set title '%s (ceiling: %s)'\n", r[i].be->label, ceiling_cuda);
+    else fprintf(f, "set title '%s, %d threads (ceiling: %s)'\n", r[i].be->label, m->threads, ceiling_cpu);
+    fprintf(f,
+            "plot '%s' index %d using ($0-0.2):2 with boxes lc rgb '#2b6cb0' title 'zgate', \\\n"
+            "     '' index %d using ($0+0.2):5 with boxes lc rgb '#c8c8c8' title 'ceiling', \\\n"
+            "     '' index %d using ($0-0.2):2:3:4 with yerrorbars lc rgb '#000000' ps 0 title 'lowest..highest', \\\n"
+            "     '' index %d using ($0+0.2):5:6:7 with yerrorbars lc rgb '#000000' ps 0 notitle, \\\n"
+            "     '' index %d using ($0-0.2):4:8 with labels offset 0,0.8 font ',9' notitle, \\\n"
+            "     '' index %d using 0:(0):xtic(1) with points ps 0 notitle\n",
+            dat, k, k, k, k, k, k);
+    k++;
+  }
+  fprintf(f, "unset multiplot\n");
+  fclose(f);
+
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "zgate bench: gnuplot not found, so no chart was drawn; wrote %s and %s "
+                    "(install gnuplot-nox, then run: gnuplot '%s')\n", dat, gp, gp);
+    rc = 1;
+  } else {
+    snprintf(cmd, len + 32, "gnuplot '%s'", gp);
+    int st = system(cmd);
+    if (st == 0 && access(png_path, R_OK) == 0) rc = 0;
+    else fprintf(stderr, "zgate bench: gnuplot failed on %s (exit status %d); the data is in %s\n", gp, st, dat);
+  }
+done:
+  free(dat), free(gp), free(cmd);
+  return rc;
+}
+
+/* ---- entry ----------------------------------------------------------------------------- */
+
 int cli_cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {
       CLI_SHARED_OPTS,          {"repeats", 1, NULL, CLI_O_REPEATS}, {"warmup", 1, NULL, CLI_O_WARMUP},
@@ -275,7 +570,7 @@ int cli_cmd_bench(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   if (pr) return pr;
-  if (cli_check_output("bench", "--json", cfg.json) || (cfg.plot && bench_check_png(cfg.png))) return CLI_EXIT_USAGE;
+  if (cli_check_output("bench", "--json", cfg.json) || (cfg.plot && check_png(cfg.png))) return CLI_EXIT_USAGE;
   if (cfg.ndtypes == 0) { /* bf16 and f32 */
     cfg.ndtypes = 2;
     for (int i = 0; i < CLI_NT; i++) cfg.dtypes[0].t[i] = cli_dtype(2), cfg.dtypes[1].t[i] = cli_dtype(0);
@@ -313,7 +608,6 @@ int cli_cmd_bench(int argc, char **argv) {
             r->ceiling_variant = -1;
             for (int t = 0; t < CLI_NT; t++)
               if (!fwd || (t != CLI_DOUT && t != CLI_DOS)) r->bytes += (double)cli_numel(r->shape) * r->dt.t[t].bits / 8;
-            r->threads = be[ib].is_cuda ? 0 : cfg.threads ? cfg.threads : cli_max_threads();
           }
     }
 
@@ -332,15 +626,15 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   time_t now = time(NULL);
   strftime(meta.date, sizeof meta.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  bench_print_table(res, nres, &meta);
+  print_table(res, nres, &meta);
   int rc = nfail ? CLI_EXIT_FAIL : nnot_run ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
-  if (bench_write_json(cfg.json, res, nres, &meta)) {
+  if (write_json(cfg.json, res, nres, &meta)) {
     cli_error("bench", "cannot write the JSON results to '%s'", cfg.json);
     rc = CLI_EXIT_FAIL;
   } else {
     printf("results: %s\n", cfg.json);
   }
-  int pl = cfg.plot ? bench_plot(cfg.png, res, nres, &meta) : 1;
+  int pl = cfg.plot ? plot(cfg.png, res, nres, &meta) : 1;
   if (pl == 0) printf("chart: %s\n", cfg.png);
   if (pl < 0) rc = CLI_EXIT_FAIL;
   if (nfail) cli_error("bench", "zgate failed on %d of %d configurations (see the table)", nfail, nres);

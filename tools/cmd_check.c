@@ -150,12 +150,7 @@ static check_row *new_row(check_run *run, const cli_backend *be, int fwd, const 
 
 /* Appends to the row's note ("; " between parts); a failure outranks "not run", which
  * outranks a pass. */
-static void say(check_row *row, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void say(check_row *row, int status, const char *fmt, ...) {
+static CLI_PRINTF(3, 4) void say(check_row *row, int status, const char *fmt, ...) {
   size_t len = strlen(row->note);
   va_list ap;
   if (len && len + 2 < sizeof row->note) memcpy(row->note + len, "; ", 3), len += 2;
@@ -293,29 +288,29 @@ static void run_case(check_run *run, const case_desc *c) {
 }
 
 /* Results must not depend on the number of threads: one thread against all of them, bit for
- * bit, on a shape large enough to be split. */
+ * bit, on a shape large enough to be split. b[k] share the inputs; k = 1 has its own outputs. */
 static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataType t) {
   const int64_t shape[4] = {1, 777, 2, 64}; /* ~100k elements: several of zgate's 32768-element work items */
   const int nt = cli_max_threads() > 1 ? cli_max_threads() : 2;
   cli_dtypes dt;
+  cli_buf b[2][CLI_NT];
   char inputs[24], why[160] = "";
   for (int i = 0; i < CLI_NT; i++) dt.t[i] = t;
   snprintf(inputs, sizeof inputs, "threads 1 vs %d", nt);
   check_row *row = new_row(run, be, 0, shape, &dt, CLI_DENSE, inputs);
   if (!row) return;
   snprintf(row->err, sizeof row->err, "-");
-  cli_buf b[2][CLI_NT];
   memset(b, 0, sizeof b);
-  cli_memory_fits(2 * CLI_NT * cli_buf_bytes(CLI_DZ, CLI_DENSE, shape, t), run->cfg->max_memory, why, sizeof why);
-  for (int k = 0; k < 2 && !why[0]; k++)
-    for (int i = 0; i < CLI_NT; i++)
-      if (cli_buf_make(&b[k][i], i, CLI_DENSE, shape, t)) snprintf(why, sizeof why, "out of memory");
+  cli_memory_fits(7 * cli_buf_bytes(CLI_DZ, CLI_DENSE, shape, t), run->cfg->max_memory, why, sizeof why);
+  for (int i = 0; i < CLI_NT + 2 && !why[0]; i++)
+    if (cli_buf_make(i < CLI_NT ? &b[0][i] : &b[1][i - 2], i < CLI_NT ? i : i - 2, CLI_DENSE, shape, t))
+      snprintf(why, sizeof why, "out of memory");
   int st = ZGATE_OK;
   if (why[0]) {
     say(row, 2, "%s", why);
   } else {
     fill_inputs(b[0], 0, 0, SEED * 7919u + 17u);
-    for (int i = 0; i < 3; i++) memcpy(b[1][i].host, b[0][i].host, (size_t)b[0][i].nslots * (size_t)b[0][i].esize);
+    memcpy(b[1], b[0], 3 * sizeof b[0][0]);
     for (int k = 0; k < 2 && st == ZGATE_OK; k++) {
       zgate_options opts;
       zgate_options_init(&opts);
@@ -324,14 +319,14 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
       st = cli_call(0, b[k], &b[k][CLI_DOS], &opts);
     }
     size_t bytes = (size_t)b[0][CLI_DZ].nslots * (size_t)b[0][CLI_DZ].esize;
-    int same = st == ZGATE_OK && !memcmp(b[0][CLI_DZ].host, b[1][CLI_DZ].host, bytes) &&
-               !memcmp(b[0][CLI_DOS].host, b[1][CLI_DOS].host, bytes);
     if (st != ZGATE_OK) say(row, 1, "zgate_bwd returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
-    else if (same) say(row, 0, "bit-identical");
-    else say(row, 1, "results differ between 1 and %d threads", nt);
+    else if (memcmp(b[0][CLI_DZ].host, b[1][CLI_DZ].host, bytes) || memcmp(b[0][CLI_DOS].host, b[1][CLI_DOS].host, bytes))
+      say(row, 1, "results differ between 1 and %d threads", nt);
+    else say(row, 0, "bit-identical");
   }
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[k][i]);
+  for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[0][i]);
+  cli_buf_free(&b[1][CLI_DZ]);
+  cli_buf_free(&b[1][CLI_DOS]);
   finish_row(run, row);
 }
 
@@ -341,37 +336,30 @@ static void md_escape_pipes(FILE *f, const char *s) {
   for (; *s; s++) fputs(*s == '|' ? "\\|" : (char[2]){*s, 0}, f);
 }
 
-/* One line of the summary: the rows of one backend, dtype combination and layout. */
-typedef struct check_group {
-  const check_row *first;
-  int rows, status[3];
-  double worst;
-} check_group;
+static int same_group(const check_row *a, const check_row *b) {
+  return !strcmp(a->backend, b->backend) && !strcmp(a->spec, b->spec) && !strcmp(a->layout, b->layout);
+}
 
+/* A line per backend, dtype combination and layout, in the order they first appear. */
 static void write_summary(FILE *f, const check_run *run) {
-  check_group *g = calloc((size_t)run->nrows + 1, sizeof *g);
-  int ng = 0;
-  if (!g) return;
-  for (int i = 0; i < run->nrows; i++) {
-    const check_row *r = &run->rows[i];
-    int k = 0;
-    while (k < ng && (strcmp(g[k].first->backend, r->backend) || strcmp(g[k].first->spec, r->spec) ||
-                      strcmp(g[k].first->layout, r->layout)))
-      k++;
-    if (k == ng) g[ng++].first = r;
-    g[k].rows++, g[k].status[r->status]++;
-    if (r->status != 2 && r->ratio > g[k].worst) g[k].worst = r->ratio;
-  }
   fprintf(f, "| backend | dtypes | layout | cases | passed | failed | not run | worst error / bound |\n");
   fprintf(f, "|---|---|---|---|---|---|---|---|\n");
-  for (int k = 0; k < ng; k++) {
-    char worst[16] = "-";
-    if (g[k].status[2] < g[k].rows) snprintf(worst, sizeof worst, "%.3f", g[k].worst);
-    fprintf(f, "| %s | %s | %s | %d | %d | %s%d%s | %s%d%s | %s |\n", g[k].first->backend, g[k].first->spec,
-            g[k].first->layout, g[k].rows, g[k].status[0], g[k].status[1] ? "**" : "", g[k].status[1],
-            g[k].status[1] ? "**" : "", g[k].status[2] ? "**" : "", g[k].status[2], g[k].status[2] ? "**" : "", worst);
+  for (int i = 0; i < run->nrows; i++) {
+    const check_row *r = &run->rows[i], *x;
+    int first = 1, n = 0, st[3] = {0, 0, 0};
+    double worst = 0;
+    char w[16] = "-";
+    for (int j = 0; j < i && first; j++) first = !same_group(&run->rows[j], r);
+    for (x = r; x < run->rows + run->nrows && first; x++)
+      if (same_group(x, r)) {
+        n++, st[x->status]++;
+        if (x->status != 2 && x->ratio > worst) worst = x->ratio;
+      }
+    if (!first) continue;
+    if (st[2] < n) snprintf(w, sizeof w, "%.3f", worst);
+    fprintf(f, "| %s | %s | %s | %d | %d | %s%d%s | %s%d%s | %s |\n", r->backend, r->spec, r->layout, n, st[0],
+            st[1] ? "**" : "", st[1], st[1] ? "**" : "", st[2] ? "**" : "", st[2], st[2] ? "**" : "", w);
   }
-  free(g);
 }
 
 static int write_report(const check_run *run, const char *path, const cli_backend *be, int nbe,
@@ -388,24 +376,21 @@ static int write_report(const check_run *run, const char *path, const cli_backen
   fprintf(f, "- backends checked:");
   for (int i = 0; i < nbe; i++) fprintf(f, " %s", be[i].label);
   fprintf(f, "\n- not checked here: %s\n", skipped[0] ? skipped : "none");
-  fprintf(f, "\nEach output is compared element by element with the same formula in float64 on the\n"
-             "float64-widened inputs (`check/zgate_check.h`). float32 outputs must be within 4 ulp of\n"
-             "the elementwise scale (`|dout*o|*s*(1+|z|*(1-s))` for dz, `|dout*z|*s` for dos,\n"
-             "`|o*z|*s` for out), plus `4*2^-149` times the same products for s in float32's subnormal\n"
-             "range; float16/bfloat16 outputs within 1 ulp of the type at the reference value, or the\n"
-             "float32 bound plus half an ulp of the type. NaN exactly where the reference is NaN,\n"
-             "infinities equal. Every output is poisoned (NaN) beforehand and surrounded by guard\n"
-             "elements, which must be left untouched. The special-value cases cross 32 values of z\n"
-             "(+-0, subnormals, +-inf, NaN, |z| near 88, 104, 1e30 and 3e38, the root near -1.2785)\n"
-             "with 12 of dout and 12 of o; on CUDA without an infinite dout or o with z in\n"
-             "[-746, -103]: there float64's sigmoid is a tiny nonzero and float32's has underflowed\n"
-             "to 0, so the float64 formula gives inf where the CUDA kernels give NaN (inf * 0); the\n"
-             "CPU paths recompute such elements by the float64 formula and are checked on them.\n\n"
-             "*error / bound*: the largest `|got - ref|` divided by what the policy allows for that\n"
-             "element, per output; at most 1 passes. (Counted in ulp of the scale instead, an element\n"
-             "with z below about -87, where the absolute allowance for a subnormal s applies, can be\n"
-             "millions of ulp from the reference and still well inside the policy.) A case *not run*\n"
-             "(not enough memory, no device) is not a pass.\n\nLayouts:");
+  fprintf(f, "\nEach output is compared element by element with the same formula in float64 on the float64-widened "
+             "inputs (`check/zgate_check.h`). float32 outputs must be within 4 ulp of the elementwise scale "
+             "(`|dout*o|*s*(1+|z|*(1-s))` for dz, `|dout*z|*s` for dos, `|o*z|*s` for out), plus `4*2^-149` times the "
+             "same products for s in float32's subnormal range; float16/bfloat16 outputs within 1 ulp of the type at the "
+             "reference value, or the float32 bound plus half an ulp of the type. NaN exactly where the reference is "
+             "NaN, infinities equal. Every output is poisoned (NaN) beforehand and surrounded by guard elements, which "
+             "must be left untouched. The special-value cases cross 32 values of z (+-0, subnormals, +-inf, NaN, |z| "
+             "near 88, 104, 1e30 and 3e38, the root near -1.2785) with 12 of dout and 12 of o; on CUDA without an "
+             "infinite dout or o with z in [-746, -103]: there float64's sigmoid is a tiny nonzero and float32's has "
+             "underflowed to 0, so the float64 formula gives inf where the CUDA kernels give NaN (inf * 0); the CPU "
+             "paths recompute such elements by the float64 formula and are checked on them.\n\n"
+             "*error / bound*: the largest `|got - ref|` divided by what the policy allows for that element, per "
+             "output; at most 1 passes. (Counted in ulp of the scale instead, an element with z below about -87, where "
+             "the absolute allowance for a subnormal s applies, can be millions of ulp from the reference and still "
+             "well inside the policy.) A case *not run* (not enough memory, no device) is not a pass.\n\nLayouts:");
   for (int i = 0; i < CLI_NLAYOUTS; i++)
     fprintf(f, "%s *%s*: %s", i ? ";" : "", cli_layout_names[i], cli_layout_about[i]);
   fprintf(f, ".\n\n## Summary by backend, dtypes and layout\n\n");

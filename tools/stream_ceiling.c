@@ -26,9 +26,9 @@
 
 /* ---- the loops -------------------------------------------------------------------------- */
 
-/* One loop body per (ISA, stores, prefetch): ZB_LOOP(ATTR, NAME, NT, PF, ...) defines
- * NAME(a, b, c, d, e, lines). LOAD/XOR/ST/NTST act on one W-byte vector. */
-#define ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, ST, NTST, NT, PF)                                        \
+/* One loop body per (ISA, stores, prefetch): ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, STORE, PF)
+ * defines NAME(a, b, c, d, e, lines). LOAD/XOR/STORE act on one W-byte vector. */
+#define ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, STORE, PF)                                               \
   static ATTR void NAME(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) { \
     for (size_t l = 0; l < lines; l++, a += 64, b += 64, d += 64) {                                   \
       if (PF) {                                                                                       \
@@ -37,24 +37,20 @@
         if (c) ZB_PREFETCH(c + ZB_PREFETCH_BYTES);                                                    \
       }                                                                                               \
       for (int k = 0; k < 64; k += W) {                                                               \
-        T x = LOAD(a + k), y = LOAD(b + k);                                                           \
-        if (NT) NTST(d + k, XOR(x, y));                                                               \
-        else ST(d + k, XOR(x, y));                                                                    \
-        if (c) {                                                                                      \
-          T z = LOAD(c + k);                                                                          \
-          if (NT) NTST(e + k, XOR(y, z));                                                             \
-          else ST(e + k, XOR(y, z));                                                                  \
-        }                                                                                             \
+        T y = LOAD(b + k);                                                                            \
+        STORE(d + k, XOR(LOAD(a + k), y));                                                            \
+        if (c) STORE(e + k, XOR(y, LOAD(c + k)));                                                     \
       }                                                                                               \
       if (c) c += 64, e += 64;                                                                        \
     }                                                                                                 \
   }
 
-#define ZB_FOUR(ATTR, STEM, W, T, LOAD, XOR, ST, NTST)                  \
-  ZB_LOOP(ATTR, STEM##_nt, W, T, LOAD, XOR, ST, NTST, 1, 0)            \
-  ZB_LOOP(ATTR, STEM##_nt_pf, W, T, LOAD, XOR, ST, NTST, 1, 1)         \
-  ZB_LOOP(ATTR, STEM##_plain, W, T, LOAD, XOR, ST, NTST, 0, 0)         \
-  ZB_LOOP(ATTR, STEM##_plain_pf, W, T, LOAD, XOR, ST, NTST, 0, 1)
+/* Non-temporal (NTST) and plain (ST) stores, each with and without prefetch. */
+#define ZB_FOUR(ATTR, STEM, W, T, LOAD, XOR, ST, NTST)        \
+  ZB_LOOP(ATTR, STEM##_nt, W, T, LOAD, XOR, NTST, 0)         \
+  ZB_LOOP(ATTR, STEM##_nt_pf, W, T, LOAD, XOR, NTST, 1)      \
+  ZB_LOOP(ATTR, STEM##_plain, W, T, LOAD, XOR, ST, 0)        \
+  ZB_LOOP(ATTR, STEM##_plain_pf, W, T, LOAD, XOR, ST, 1)
 
 #ifdef ZB_X86
 #define ZB_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
@@ -76,14 +72,8 @@ ZB_FOUR(ZB_AVX2, avx2, 32, __m256i, L32, _mm256_xor_si256, S32, N32)
 #define N64(p, v) _mm512_stream_si512((void *)(p), v)
 ZB_FOUR(ZB_AVX512, avx512, 64, __m512i, L64, _mm512_xor_si512, S64, N64)
 
-static int have_avx2(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-static int have_avx512(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
+static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static int have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 static void zb_fence(void) { _mm_sfence(); }
 
 #define ZB_X86_ROW(isa, w, have)                                            \
@@ -100,8 +90,8 @@ static const zb_variant all_variants[] = {ZB_X86_ROW(sse2, 16, NULL), ZB_X86_ROW
 #define ZB_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
 #define LN(p) vld1q_u8((const uint8_t *)(const void *)(p))
 #define SN(p, v) vst1q_u8((uint8_t *)(void *)(p), v)
-ZB_LOOP(, neon_plain, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 0)
-ZB_LOOP(, neon_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 1)
+ZB_LOOP(, neon_plain, 16, uint8x16_t, LN, veorq_u8, SN, 0)
+ZB_LOOP(, neon_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, 1)
 static void zb_fence(void) {}
 static const zb_variant all_variants[] = {{"neon 16B, plain stores", 16, 0, neon_plain, NULL},
                                           {"neon 16B, plain stores, prefetch", 16, 0, neon_plain_pf, NULL}};
