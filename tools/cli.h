@@ -75,13 +75,13 @@ typedef struct cli_cfg {
   const char *json, *png;
 } cli_cfg;
 
-enum { CLI_O_SHAPE = 256, CLI_O_DTYPE, CLI_O_LAYOUT, CLI_O_BACKEND, CLI_O_ISA, CLI_O_OP, CLI_O_THREADS,
-       CLI_O_MAXMEM, CLI_O_REPORT, CLI_O_NOSPECIAL, CLI_O_REPEATS, CLI_O_WARMUP, CLI_O_SETTLE, CLI_O_JSON,
-       CLI_O_PNG, CLI_O_NOPLOT };
-#define CLI_SHARED_OPTS                                                                                         \
-  {"help", 0, NULL, 'h'}, {"shape", 1, NULL, CLI_O_SHAPE}, {"dtype", 1, NULL, CLI_O_DTYPE},                     \
-      {"layout", 1, NULL, CLI_O_LAYOUT}, {"backend", 1, NULL, CLI_O_BACKEND}, {"isa", 1, NULL, CLI_O_ISA},     \
-      {"op", 1, NULL, CLI_O_OP}, {"threads", 1, NULL, CLI_O_THREADS}, {"max-memory", 1, NULL, CLI_O_MAXMEM}
+/* The options both commands take, the start of their getopt_long tables. Each option's val is
+ * a letter that cli_parse knows; only --name is accepted (and -h). check adds report 'r' and
+ * no-special 'S'; bench repeats 'n', warmup 'w', settle 'q', json 'j', png 'p', no-plot 'P'. */
+#define CLI_SHARED_OPTS                                                                                     \
+  {"help", 0, NULL, 'h'}, {"shape", 1, NULL, 's'}, {"dtype", 1, NULL, 'd'}, {"layout", 1, NULL, 'l'},       \
+      {"backend", 1, NULL, 'b'}, {"isa", 1, NULL, 'i'}, {"op", 1, NULL, 'o'}, {"threads", 1, NULL, 't'}, \
+      {"max-memory", 1, NULL, 'm'}
 
 /* Parses argv[1..] against `opts` (ended by a zero entry) into cfg. Returns 0, -1 for --help
  * (the caller prints it), or CLI_EXIT_USAGE after saying why (unknown option, missing or bad

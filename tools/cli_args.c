@@ -57,22 +57,18 @@ static int parse_size(const cli_cfg *c, const char *s, double *bytes) {
   return 0;
 }
 
-/* "2,2048,24,64", "(2, 2048, 24, 64)" or "2x2048x24x64". */
+/* "2,2048,24,64" or "2x2048x24x64". */
 static int parse_shape(const cli_cfg *c, const char *s, int64_t shape[4]) {
-  const char *p = s;
+  char *end = NULL;
   int n = 0;
-  while (*p) {
-    while (*p == ' ' || *p == '(' || *p == '[') p++;
-    char *end = NULL;
+  for (const char *p = s; n < 4; p = end + 1) {
     errno = 0;
     long long v = strtoll(p, &end, 10);
-    if (end == p || errno || v < 0 || n >= 4) break;
+    if (end == p || errno || v < 0 || (*end && *end != ',' && *end != 'x')) break;
     shape[n++] = v;
-    for (p = end; *p == ' ' || *p == ')' || *p == ']'; p++) continue;
-    if (*p == ',' || *p == 'x') p++;
-    else if (*p) break;
+    if (!*end) break;
   }
-  if (*p || n != 4) {
+  if (n != 4 || *end) {
     cli_error(c->cmd, "--shape wants four sizes >= 0, batch,seqlen,nheads,headdim (e.g. 2,2048,24,64); got '%s'", s);
     return -1;
   }
@@ -174,33 +170,33 @@ static int parse_layouts(const cli_cfg *c, const char *s, unsigned *mask) {
 
 static int parse_opt(cli_cfg *c, int which, const char *v) {
   switch (which) {
-  case CLI_O_SHAPE:
+  case 's':
     if (c->nshapes >= CLI_MAX_SHAPES) return cli_error(c->cmd, "at most %d --shape options", CLI_MAX_SHAPES), -1;
     return parse_shape(c, v, c->shapes[c->nshapes++]);
-  case CLI_O_DTYPE:
+  case 'd':
     if (c->ndtypes >= CLI_MAX_DTYPES) return cli_error(c->cmd, "at most %d --dtype options", CLI_MAX_DTYPES), -1;
     return parse_dtypes(c, v, &c->dtypes[c->ndtypes++]);
-  case CLI_O_LAYOUT: return parse_layouts(c, v, &c->layouts);
-  case CLI_O_ISA: /* the CPU paths only, the same names as --backend */
+  case 'l': return parse_layouts(c, v, &c->layouts);
+  case 'i': /* the CPU paths only, the same names as --backend */
     if (strstr(v, "cuda"))
       return cli_error(c->cmd, "--isa takes CPU paths (scalar, avx2, avx512, neon); use --backend for CUDA"), -1;
     c->backend_spec = v, c->backend_opt = "--isa";
     return 0;
-  case CLI_O_BACKEND: c->backend_spec = v, c->backend_opt = "--backend"; return 0;
-  case CLI_O_OP:
+  case 'b': c->backend_spec = v, c->backend_opt = "--backend"; return 0;
+  case 'o':
     c->ops = !strcmp(v, "bwd") ? 1 : !strcmp(v, "fwd") ? 2 : !strcmp(v, "both") ? 3 : 0;
     if (!c->ops) cli_error(c->cmd, "--op wants bwd, fwd or both; got '%s'", v);
     return c->ops ? 0 : -1;
-  case CLI_O_THREADS: return parse_int(c, "--threads", v, 0, 4096, &c->threads);
-  case CLI_O_MAXMEM: return parse_size(c, v, &c->max_memory);
-  case CLI_O_REPORT: c->report = v; return 0;
-  case CLI_O_NOSPECIAL: c->special = 0; return 0;
-  case CLI_O_REPEATS: return parse_int(c, "--repeats", v, 1, 100000, &c->repeats);
-  case CLI_O_WARMUP: return parse_int(c, "--warmup", v, 0, 100000, &c->warmup);
-  case CLI_O_SETTLE: return parse_int(c, "--settle", v, 0, 3600, &c->settle);
-  case CLI_O_JSON: c->json = v; return 0;
-  case CLI_O_PNG: c->png = v; return 0;
-  case CLI_O_NOPLOT: c->plot = 0; return 0;
+  case 't': return parse_int(c, "--threads", v, 0, 4096, &c->threads);
+  case 'm': return parse_size(c, v, &c->max_memory);
+  case 'r': c->report = v; return 0;
+  case 'S': c->special = 0; return 0;
+  case 'n': return parse_int(c, "--repeats", v, 1, 100000, &c->repeats);
+  case 'w': return parse_int(c, "--warmup", v, 0, 100000, &c->warmup);
+  case 'q': return parse_int(c, "--settle", v, 0, 3600, &c->settle);
+  case 'j': c->json = v; return 0;
+  case 'p': c->png = v; return 0;
+  case 'P': c->plot = 0; return 0;
   }
   return -1;
 }
@@ -214,8 +210,10 @@ int cli_parse(cli_cfg *c, int argc, char **argv, const struct option *opts) {
     const char *arg = argv[optind - 1];
     if (which == 'h') return -1;
     if (which == ':') return cli_error(c->cmd, "option '%s' needs a value", arg), CLI_EXIT_USAGE;
-    if (which == '?' && optopt >= CLI_O_SHAPE) return cli_error(c->cmd, "option '%s' takes no value", arg), CLI_EXIT_USAGE;
-    if (which == '?') return cli_error(c->cmd, "unknown option '%s' (see 'zgate %s --help')", arg, c->cmd), CLI_EXIT_USAGE;
+    if (which == '?' && optopt && arg[1] == '-') /* a known --name given a value */
+      return cli_error(c->cmd, "option '%s' takes no value", arg), CLI_EXIT_USAGE;
+    if (which == '?')
+      return cli_error(c->cmd, "unknown option '%s' (see 'zgate %s --help')", arg, c->cmd), CLI_EXIT_USAGE;
     if (parse_opt(c, which, optarg)) return CLI_EXIT_USAGE;
   }
   if (optind < argc) {

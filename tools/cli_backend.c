@@ -34,9 +34,10 @@ static void add(cli_backend *out, int *count, const char *isa, int device) {
   else snprintf(b->label, sizeof b->label, "cuda:%d", device);
 }
 
-static void note(char *skipped, size_t n, const char *what) {
+/* "cpu:avx512 (built, but ...)" appended to the list of what is not run here. */
+static void note(char *skipped, size_t n, const char *what, const char *isa, const char *why) {
   size_t len = strlen(skipped);
-  if (len < n) snprintf(skipped + len, n - len, "%s%s", len ? "; " : "", what);
+  if (len < n) snprintf(skipped + len, n - len, "%s%s%s (built, but %s)", len ? "; " : "", what, isa, why);
 }
 
 static int bad_list(const char *cmd, const char *opt, const char *spec) {
@@ -60,19 +61,17 @@ int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend
     const char *isa = best ? zgate_cpu_isa_chosen() : item;
     int known = -1;
     for (int i = 0; i < 4; i++) {
-      char why[80];
-      snprintf(why, sizeof why, "cpu:%s (built, but this CPU or OS cannot run it)", cli_cpu_isas[i]);
       if (cpu && zgate_cpu_isa_available(cli_cpu_isas[i])) add(out, &count, cli_cpu_isas[i], 0);
-      else if (cpu && isa_built(cli_cpu_isas[i])) note(skipped, nskipped, why);
+      else if (cpu && isa_built(cli_cpu_isas[i]))
+        note(skipped, nskipped, "cpu:", cli_cpu_isas[i], "this CPU or OS cannot run it");
       if (!strcmp(isa, cli_cpu_isas[i])) known = i;
     }
-    if (all && zgate_cuda_built() && ndev == 0) note(skipped, nskipped, "cuda (built, but no CUDA device found)");
+    if (all && zgate_cuda_built() && ndev == 0) note(skipped, nskipped, "cuda", "", "no CUDA device found");
     for (int i = 0; i < ndev && (all || !strcmp(item, "cuda")); i++) add(out, &count, NULL, i);
     char *end = NULL;
     long d = !strncmp(item, "cuda:", 5) ? strtol(item + 5, &end, 10) : -1;
-    if (cpu || (!strcmp(item, "cuda") && ndev > 0)) {
-      continue;
-    } else if (best && known < 0) { /* the library's default path, which ZGATE_CPU_ISA can leave empty */
+    if (cpu || (!strcmp(item, "cuda") && ndev > 0)) continue;
+    if (best && known < 0) { /* the library's default path, which ZGATE_CPU_ISA can leave empty */
       const char *env = getenv("ZGATE_CPU_ISA");
       cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); unset it "
                      "or set it to a path this machine runs ('zgate info' lists them)", env ? env : "",

@@ -14,13 +14,6 @@
 
 #include "cli.h"
 
-static void bytes_str(double bytes, char *buf, size_t n) { /* "23.8 GiB" */
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int i = 0;
-  while (bytes >= 1024.0 && i < 5) bytes /= 1024.0, i++;
-  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", bytes, units[i]);
-}
-
 /* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
 static double mem_available(void) {
   FILE *f = fopen("/proc/meminfo", "r");
@@ -34,17 +27,14 @@ static double mem_available(void) {
 }
 
 int cli_memory_fits(double need, double max_bytes, char *why, size_t n) {
-  double avail = mem_available();
-  int over_max = max_bytes > 0 && need > max_bytes, over_avail = avail >= 0 && need > avail;
-  if (!over_max && !over_avail) return 0;
-  char s_need[32], s_max[32], s_avail[32];
-  bytes_str(need, s_need, sizeof s_need);
-  bytes_str(max_bytes, s_max, sizeof s_max);
-  bytes_str(avail, s_avail, sizeof s_avail);
-  if (over_max)
-    snprintf(why, n, "needs %s of memory, more than --max-memory %s allows", s_need, s_max);
+  const double gib = 1024.0 * 1024.0 * 1024.0, avail = mem_available();
+  if (max_bytes > 0 && need > max_bytes)
+    snprintf(why, n, "needs %.1f GiB of memory, more than --max-memory %.1f GiB allows", need / gib, max_bytes / gib);
+  else if (avail >= 0 && need > avail)
+    snprintf(why, n, "needs %.1f GiB of memory, more than the %.1f GiB available now (MemAvailable)", need / gib,
+             avail / gib);
   else
-    snprintf(why, n, "needs %s of memory, more than the %s available now (MemAvailable)", s_need, s_avail);
+    return 0;
   return -1;
 }
 

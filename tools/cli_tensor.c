@@ -17,36 +17,25 @@ int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2
 /* The memory order of each tensor in the permuted layout, outermost dimension first, and
  * the padding of the innermost one: dout (B, H, L, D+3), padded rows; z (B, L, D, H), headdim
  * strided; o (L, B, H, D); dz (H, D, B, L), every dimension strided; dos (B, H, L, D+1). */
-static const int permuted[CLI_NT][5] = {{0, 2, 1, 3, 3}, {0, 1, 3, 2, 0}, {1, 0, 2, 3, 0}, {2, 3, 0, 1, 0}, {0, 2, 1, 3, 1}};
+static const int permuted[CLI_NT][5] = {{0, 2, 1, 3, 3}, {0, 1, 3, 2, 0}, {1, 0, 2, 3, 0}, {2, 3, 0, 1, 0},
+                                        {0, 2, 1, 3, 1}};
 
-/* The strides of tensor `which` in `layout`, and the elements skipped before its first one. */
-static void layout_strides(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *skip) {
+/* The strides of tensor `which` in `layout`, its first element (after the front guard), and
+ * the elements of the whole allocation. */
+static int64_t layout_slots(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *offset) {
   static const int dense[5] = {0, 1, 2, 3, 0};
   const int *order = layout == CLI_PERMUTED ? permuted[which] : dense;
-  int64_t s = 1;
+  int64_t s = 1, span = 1;
   for (int k = 3; k >= 0; k--) st[order[k]] = s, s *= sh[order[k]] + (k == 3 ? order[4] : 0);
-  *skip = 0;
+  *offset = GUARD_FRONT;
   if (layout == CLI_ZVIEW && which == CLI_Z) {
     /* z is the second of two H*D-wide streams in a projection row, padded by 32 elements,
      * like Mamba-3's input projection (d_in_proj ~ 2.1 x nheads*headdim). */
     st[1] = 2 * sh[2] * sh[3] + 32, st[0] = sh[1] * st[1];
-    *skip = sh[2] * sh[3];
+    *offset += sh[2] * sh[3];
   }
-}
-
-static int64_t span(const int64_t sh[4], const int64_t st[4]) {
-  if (cli_numel(sh) == 0) return 0;
-  int64_t s = 1;
-  for (int i = 0; i < 4; i++) s += (sh[i] - 1) * st[i];
-  return s;
-}
-
-/* The view's strides and first element, and the elements of the whole allocation. */
-static int64_t layout_slots(int which, cli_layout layout, const int64_t shape[4], int64_t strides[4], int64_t *offset) {
-  int64_t skip;
-  layout_strides(which, layout, shape, strides, &skip);
-  *offset = GUARD_FRONT + skip;
-  return *offset + span(shape, strides) + GUARD_BACK;
+  for (int i = 0; i < 4; i++) span += (sh[i] - 1) * st[i];
+  return *offset + (cli_numel(sh) ? span : 0) + GUARD_BACK;
 }
 
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
@@ -75,8 +64,7 @@ void cli_buf_free(cli_buf *b) {
 }
 
 DLTensor cli_buf_tensor(const cli_buf *b) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
+  DLTensor t = {0};
   t.data = b->on_device ? b->dev : (void *)b->host;
   t.device.device_type = b->on_device ? kDLCUDA : kDLCPU;
   t.device.device_id = b->on_device ? b->device : 0;

@@ -6,7 +6,7 @@
  * device-to-device copy). Prints a table, writes JSON, and draws a PNG chart (achieved GB/s
  * against the ceiling, one panel per backend) with gnuplot from a data file and a script
  * written next to the PNG. */
-#define _POSIX_C_SOURCE 200809L /* nanosleep, access under -std=c11 */
+#define _POSIX_C_SOURCE 200809L /* sleep, access under -std=c11 */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,19 +71,15 @@ static void usage(FILE *f) {
           "\n"
           "Times the operator on each backend: GB/s (bytes read plus written, once each) and the\n"
           "percentage of a ceiling measured in the same run over the same bytes (CPU: the fastest of\n"
-          "several streaming loops with the operator's reads and writes on the same threads, timed\n"
-          "round robin, each one's GB/s listed after the table; CUDA: a device-to-device copy, L2\n"
-          "flushed before every timed call). Each figure comes with its range over the timed calls;\n"
-          "a row whose calls spread more than %.2fx, or above %.0f%% of its ceiling, is flagged: the\n"
-          "machine was busy. Prints a table, writes JSON and a PNG chart (with gnuplot). Exits 0 when\n"
-          "every configuration ran, 1 when zgate returned an error, 2 on bad options or an output\n"
-          "path that cannot be written (checked before any work), 3 when a configuration did not\n"
-          "run (not enough memory, no elements, no device).\n"
+          "several streaming loops with the operator's reads and writes, timed round robin, each\n"
+          "one's GB/s listed after the table; CUDA: a device-to-device copy), each figure with its\n"
+          "range over the timed calls. A row whose calls spread more than %.2fx, or above %.0f%% of\n"
+          "its ceiling, is flagged: the machine was busy. Prints a table, writes JSON and a PNG chart\n"
+          "(with gnuplot). Exit codes: see 'zgate --help' (3: a configuration did not run).\n"
           "\n"
           "options:\n"
-          "  --shape B,L,H,D    a shape; repeat for several (default on the CPU: (2,2048,24,64),\n"
-          "                     (2,2048,40,80), (4,4096,32,64); on CUDA the seven realistic\n"
-          "                     training shapes, (2,2048,24,64) to (1,32768,64,64))\n"
+          "  --shape B,L,H,D    a shape; repeat for several (default: three shapes on the CPU, from\n"
+          "                     (2,2048,24,64); on CUDA seven training shapes, up to (1,32768,64,64))\n"
           "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,... (repeat for\n"
           "                     several; default: bf16 and f32)\n"
           "  --layout LIST      dense,zview,permuted,inplace or all (default dense,zview)\n"
@@ -102,8 +98,7 @@ static void usage(FILE *f) {
           "                     beside it: PATH with .png replaced by .dat and .gp\n"
           "  --no-plot          do not write the chart\n"
           "  --settle S         first wait, at most S seconds, until the 1-minute load average is\n"
-          "                     under %.2f per CPU (e.g. after a build); the table, JSON and chart\n"
-          "                     say how long it waited and whether the machine settled\n"
+          "                     under %.2f per CPU; the output says whether the machine settled\n"
           "  --help             this text\n",
           BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, BENCH_SETTLE_LOAD_PER_CPU);
 }
@@ -186,7 +181,8 @@ static void cpu_ceiling(const cli_cfg *cfg, bench_result *r, cli_buf *b, int rep
       r->variant_gbps[v][0] = -1.0;
       if (!zb_summarize(w + v * reps, reps, sv)) continue;
       for (int k = 0; k < 3; k++) r->variant_gbps[v][k] = r->ceiling_bytes / sv[k ? 3 - k : 0] / 1e9;
-      if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0]) r->ceiling_variant = v, memcpy(r->ceiling_s, sv, sizeof sv);
+      if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0])
+        r->ceiling_variant = v, memcpy(r->ceiling_s, sv, sizeof sv);
     }
     if (r->ceiling_variant < 0) set_error(r, 0, "no ceiling variant runs on these buffers");
   } else {
@@ -218,7 +214,8 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
   if (!be->is_cuda) call.opts.num_threads = cfg->threads, call.opts.cpu_isa = be->isa;
   double *t = malloc(sizeof(double) * (size_t)reps);
   if (!t) set_error(r, 0, "out of memory");
-  else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device)) set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
+  else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device))
+    set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
   for (int i = 0; !r->error[0] && (i < cfg->warmup || i == 0); i++) {
     double t0 = cli_now();
     int st = call_op(&call);
@@ -247,8 +244,7 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
 }
 
 static void run_config(const cli_cfg *cfg, bench_result *r) {
-  cli_buf b[CLI_NT];
-  memset(b, 0, sizeof b);
+  cli_buf b[CLI_NT] = {0};
   char why[160];
   if (cli_numel(r->shape) == 0) set_error(r, 0, "not run: the shape has no elements");
   else if (cli_memory_fits(config_bytes(r), cfg->max_memory, why, sizeof why)) set_error(r, 0, "not run: %s", why);
@@ -261,12 +257,13 @@ static void run_config(const cli_cfg *cfg, bench_result *r) {
   if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS]);
   else set_error(r, 0, "not run: out of host memory for this shape");
   for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
-  for (int k = 0; k < 3 && !r->error[0]; k++) { /* the lowest rate is the slowest call's */
+  /* The lowest rate is the slowest call's; the lowest % pairs zgate's slowest call with the
+   * ceiling's fastest. */
+  for (int k = 0; k < 3 && !r->error[0]; k++) {
     r->gbps[k] = r->bytes / r->time_s[k ? 3 - k : 0] / 1e9;
     r->ceiling_gbps[k] = r->ceiling_bytes / r->ceiling_s[k ? 3 - k : 0] / 1e9;
+    r->pct[k] = 100.0 * r->bytes * r->ceiling_s[k] / (r->time_s[k ? 3 - k : 0] * r->ceiling_bytes);
   }
-  for (int k = 0; k < 3 && !r->error[0]; k++) /* the range pairs zgate's slowest with the ceiling's fastest */
-    r->pct[k] = 100.0 * r->gbps[k] / r->ceiling_gbps[k ? 3 - k : 0];
 }
 
 /* Waits, at most cfg->settle seconds, for the 1-minute load average to fall under the
@@ -277,8 +274,7 @@ static void settle(const cli_cfg *cfg, bench_meta *m) {
     double t0 = cli_now();
     m->settle_asked = 1;
     while (!(m->settled = m->load[0] < BENCH_SETTLE_LOAD_PER_CPU * m->cpus) && cli_now() - t0 < cfg->settle) {
-      struct timespec one = {1, 0};
-      nanosleep(&one, NULL);
+      sleep(1);
       if (cli_loadavg(m->load, &m->cpus)) break;
     }
     m->settle_wait_s = cli_now() - t0;
@@ -320,7 +316,7 @@ static const char *range_cell(char *buf, size_t n, const double v[3], double sca
   return buf;
 }
 
-static void print_table(const bench_result *r, int n, const bench_meta *m) {
+static void print_table(const bench_result *r, int n) {
   printf("%-10s %-3s %-22s %-8s %-8s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
          "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
   int nflag = 0, nv = 0;
@@ -340,13 +336,9 @@ static void print_table(const bench_result *r, int n, const bench_meta *m) {
   }
   printf("(ranges: lowest..highest over the timed calls; %% ceil's pairs zgate's slowest call with the ceiling's fastest and back)\n");
   if (nflag)
-    printf("%d of %d rows flagged: 'noisy' = the slowest timed call (zgate's or the ceiling's) took more than %.2fx "
-           "the fastest; 'above ceiling' = over %.0f%% of the ceiling, which a memory-bound operator cannot reach. "
-           "The machine was busy (load average at start: %.2f on %d CPUs): rerun on a quiet one.\n",
-           nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT, m->have_load ? m->load[0] : -1.0, m->cpus);
-  if (m->settle_asked && !m->settled)
-    printf("The machine did not settle within %.0f s (load average %.2f on %d CPUs): the figures may be low.\n",
-           m->settle_wait_s, m->load[0], m->cpus);
+    printf("%d of %d rows flagged: 'noisy' = the slowest timed call took more than %.2fx the fastest; 'above "
+           "ceiling' = over %.0f%% of the ceiling. The machine was busy: rerun on a quiet one.\n",
+           nflag, n, BENCH_NOISY_SPREAD, BENCH_MAX_PLAUSIBLE_PCT);
   if (!nv) return;
   /* The CPU ceiling's variants: a legend, then each CPU row's median GB/s of every variant. */
   printf("\nCPU ceiling: the fastest of %d stream variants on each row's buffers, timed round robin "
@@ -436,7 +428,8 @@ static int write_json(const char *path, const bench_result *r, int n, const benc
     json_num3(f, "ceiling_gbps", x->ceiling_gbps, 1.0);
     json_num3(f, "pct_of_ceiling", x->pct, 1.0);
     if (x->ceiling_variant >= 0) {
-      fprintf(f, ",\n     \"ceiling_variant\": \"%s\", \"ceiling_variants\": [", zb_variant_get(x->ceiling_variant)->name);
+      fprintf(f, ",\n     \"ceiling_variant\": \"%s\", \"ceiling_variants\": [",
+              zb_variant_get(x->ceiling_variant)->name);
       for (int v = 0; v < x->nvariants; v++) {
         fprintf(f, "%s{\"name\": \"%s\"", v ? ", " : "", zb_variant_get(v)->name);
         if (x->variant_gbps[v][0] < 0) fprintf(f, ", \"usable\": false}");
@@ -453,8 +446,8 @@ static int write_json(const char *path, const bench_result *r, int n, const benc
 
 static int check_png(const char *png_path) {
   /* The path goes between single quotes in a shell command and a gnuplot string. */
-  if (strpbrk(png_path, "'\"\n\\")) {
-    cli_error("bench", "--png %s: the path contains quotes or backslashes, which gnuplot cannot take; choose another",
+  if (strpbrk(png_path, "'\"\n\\") || strlen(png_path) > 4000) {
+    cli_error("bench", "--png %s: the path is too long or contains quotes or backslashes, which gnuplot cannot take",
               png_path);
     return -1;
   }
@@ -462,25 +455,24 @@ static int check_png(const char *png_path) {
 }
 
 static int plot(const char *png_path, const bench_result *r, int n, const bench_meta *m) {
-  size_t len = strlen(png_path);
-  char *dat = malloc(len + 8), *gp = malloc(len + 8), *cmd = malloc(len + 32);
-  int npanels = 0, rows = 0, maxrows = 0, nflag = 0, rc = -1;
+  size_t len = strlen(png_path); /* at most 4000 (check_png) */
+  char dat[4096], gp[4096], cmd[4200];
+  int npanels = 0, rows = 0, maxrows = 0, nflag = 0;
   unsigned layouts = 0;
   FILE *f = NULL;
-  if (!dat || !gp || !cmd) goto done;
   if (len > 4 && !strcmp(png_path + len - 4, ".png")) len -= 4;
   sprintf(dat, "%.*s.dat", (int)len, png_path);
   sprintf(gp, "%.*s.gp", (int)len, png_path);
 
   /* One data block per backend (gnuplot's "index"); the results come backend by backend. */
-  if (!(f = fopen(dat, "w"))) {
-    cli_error("bench", "cannot write '%s'", dat);
-    goto done;
-  }
+  if (!(f = fopen(dat, "w"))) return cli_error("bench", "cannot write '%s'", dat), -1;
   fprintf(f, "# zgate bench: label, GB/s (median, lowest, highest), ceiling GB/s (the same), bar label\n");
   for (int i = 0; i < n; i++) {
     const bench_result *x = &r[i];
-    if (i == 0 || x->be != r[i - 1].be) fprintf(f, "%s# %s\n", npanels++ ? "\n\n" : "", x->be->label), rows = 0;
+    if (i == 0 || x->be != r[i - 1].be) {
+      fprintf(f, "%s# %s\n", npanels++ ? "\n\n" : "", x->be->label);
+      rows = 0;
+    }
     if (x->error[0]) continue;
     char dts[64];
     const char *flag = flag_of(x);
@@ -488,20 +480,18 @@ static int plot(const char *png_path, const bench_result *r, int n, const bench_
     nflag += flag[0] != 0;
     layouts |= 1u << x->layout;
     if (++rows > maxrows) maxrows = rows;
-    fprintf(f, "\"%s %s %s %lldx%lldx%lldx%lld\" %.4g %.4g %.4g %.4g %.4g %.4g \"%.0f%%%s%s\"\n", x->fwd ? "fwd" : "bwd",
-            strchr(dts, ' ') ? "mixed" : dts, cli_layout_names[x->layout], (long long)x->shape[0],
-            (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3], x->gbps[0], x->gbps[1], x->gbps[2],
-            x->ceiling_gbps[0], x->ceiling_gbps[1], x->ceiling_gbps[2], x->pct[0], flag[0] ? " ! " : "", flag);
+    fprintf(f, "\"%s %s %s %lldx%lldx%lldx%lld\" %.4g %.4g %.4g %.4g %.4g %.4g \"%.0f%%%s%s\"\n",
+            x->fwd ? "fwd" : "bwd", strchr(dts, ' ') ? "mixed" : dts, cli_layout_names[x->layout],
+            (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3], x->gbps[0],
+            x->gbps[1], x->gbps[2], x->ceiling_gbps[0], x->ceiling_gbps[1], x->ceiling_gbps[2], x->pct[0],
+            flag[0] ? " ! " : "", flag);
   }
   fclose(f);
 
   int nlines = 2 + m->have_load + m->settle_asked, width = 360 + 95 * (maxrows > 4 ? maxrows : 4);
   for (int i = 0; i < CLI_NLAYOUTS; i++) nlines += layouts >> i & 1u;
   width = width < 900 ? 900 : width > 2400 ? 2400 : width; /* at least the title's room */
-  if (!(f = fopen(gp, "w"))) {
-    cli_error("bench", "cannot write '%s'", gp);
-    goto done;
-  }
+  if (!(f = fopen(gp, "w"))) return cli_error("bench", "cannot write '%s'", gp), -1;
   fprintf(f, "# gnuplot script written by 'zgate bench'; run: gnuplot '%s'\n", gp);
   fprintf(f, "set terminal pngcairo size %d,%d font 'DejaVu Sans,10' noenhanced\n", width, 140 + 16 * nlines + 420 * npanels);
   fprintf(f, "set output '%s'\n", png_path);
@@ -543,25 +533,21 @@ static int plot(const char *png_path, const bench_result *r, int n, const bench_
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
     fprintf(stderr, "zgate bench: gnuplot not found, so no chart was drawn; wrote %s and %s "
                     "(install gnuplot-nox, then run: gnuplot '%s')\n", dat, gp, gp);
-    rc = 1;
-  } else {
-    snprintf(cmd, len + 32, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st == 0 && access(png_path, R_OK) == 0) rc = 0;
-    else fprintf(stderr, "zgate bench: gnuplot failed on %s (exit status %d); the data is in %s\n", gp, st, dat);
+    return 1;
   }
-done:
-  free(dat), free(gp), free(cmd);
-  return rc;
+  snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+  int st = system(cmd);
+  if (st == 0 && access(png_path, R_OK) == 0) return 0;
+  fprintf(stderr, "zgate bench: gnuplot failed on %s (exit status %d); the data is in %s\n", gp, st, dat);
+  return -1;
 }
 
 /* ---- entry ----------------------------------------------------------------------------- */
 
 int cli_cmd_bench(int argc, char **argv) {
-  static const struct option opts[] = {
-      CLI_SHARED_OPTS,          {"repeats", 1, NULL, CLI_O_REPEATS}, {"warmup", 1, NULL, CLI_O_WARMUP},
-      {"json", 1, NULL, CLI_O_JSON}, {"png", 1, NULL, CLI_O_PNG},    {"no-plot", 0, NULL, CLI_O_NOPLOT},
-      {"settle", 1, NULL, CLI_O_SETTLE}, {0}};
+  static const struct option opts[] = {CLI_SHARED_OPTS,         {"repeats", 1, NULL, 'n'}, {"warmup", 1, NULL, 'w'},
+                                       {"settle", 1, NULL, 'q'}, {"json", 1, NULL, 'j'},    {"png", 1, NULL, 'p'},
+                                       {"no-plot", 0, NULL, 'P'}, {0}};
   cli_cfg cfg = {.cmd = "bench", .layouts = (1u << CLI_DENSE) | (1u << CLI_ZVIEW), .backend_opt = "--backend",
                  .ops = 1, .warmup = 2, .plot = 1, .json = "zgate-bench.json", .png = "zgate-bench.png"};
   int pr = cli_parse(&cfg, argc, argv, opts);
@@ -606,8 +592,8 @@ int cli_cmd_bench(int argc, char **argv) {
             if (il == CLI_INPLACE) r->dt.t[CLI_DOS] = r->dt.t[CLI_DOUT];
             r->layout = il;
             r->ceiling_variant = -1;
-            for (int t = 0; t < CLI_NT; t++)
-              if (!fwd || (t != CLI_DOUT && t != CLI_DOS)) r->bytes += (double)cli_numel(r->shape) * r->dt.t[t].bits / 8;
+            for (int t = 0; t < CLI_NT; t++) /* the forward reads o and z, writes out */
+              if (!fwd || (t != CLI_DOUT && t != CLI_DOS)) r->bytes += cli_numel(r->shape) * (r->dt.t[t].bits / 8.0);
           }
     }
 
@@ -626,7 +612,7 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   time_t now = time(NULL);
   strftime(meta.date, sizeof meta.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  print_table(res, nres, &meta);
+  print_table(res, nres);
   int rc = nfail ? CLI_EXIT_FAIL : nnot_run ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
   if (write_json(cfg.json, res, nres, &meta)) {
     cli_error("bench", "cannot write the JSON results to '%s'", cfg.json);

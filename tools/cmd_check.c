@@ -35,8 +35,8 @@ static const char *const status_words[3] = {"pass", "FAIL", "not run"};
 typedef struct check_run {
   const cli_cfg *cfg;
   check_row *rows;
-  int nrows, cap;
-  int failed, not_run, passed;
+  int nrows;
+  int count[3]; /* rows passed, failed, not run */
   double worst_ratio;
   char worst_where[320];
 } check_run;
@@ -48,19 +48,15 @@ static void usage(FILE *f) {
           "Runs the precision suite on every backend and CPU path this machine offers and\n"
           "compares every output with the float64 reference under zgate's numerics policy\n"
           "(float32: 4 ulp of the elementwise scale; float16/bfloat16: 1 ulp of the type).\n"
-          "Writes a Markdown report. Exits 0 when every case passed, 1 when any failed, 2 on bad\n"
-          "options or an output path that cannot be written (checked before any work), 3 when\n"
-          "a case asked for did not run (not enough memory, no device) and none failed.\n"
+          "Writes a Markdown report. Exit codes: see 'zgate --help' (1: a case failed).\n"
           "\n"
           "options:\n"
           "  --shape B,L,H,D    a shape (batch,seqlen,nheads,headdim); repeat for several\n"
           "                     (default: the QUICK and FULL shapes of check/cases.def)\n"
           "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,o=f16,dz=f32,dos=bf16\n"
-          "                     (a bare type sets all five; repeat for several; default: the\n"
-          "                     combinations of check/cases.def)\n"
-          "  --layout LIST      dense,zview,permuted,inplace or all (default all): zview = z as a\n"
-          "                     view into the input projection; permuted = other memory orders,\n"
-          "                     padded rows, strided headdim; inplace = dout_scaled over dout\n"
+          "                     (repeat for several; default: the combinations of check/cases.def)\n"
+          "  --layout LIST      dense,zview,permuted,inplace or all (default all; the report says\n"
+          "                     what each is)\n"
           "  --backend LIST     all (default), cpu, best, scalar, avx2, avx512, neon, cuda, cuda:N\n"
           "  --isa LIST         the same for CPU paths only, e.g. --isa scalar,avx2\n"
           "  --op bwd|fwd|both  which direction to check (default both)\n"
@@ -128,14 +124,9 @@ static void fill_inputs(cli_buf *b, int special, int is_cuda, uint64_t seed) {
 
 /* ---- one case -------------------------------------------------------------------------- */
 
+/* The next row (the run holds room for every row it can have). */
 static check_row *new_row(check_run *run, const cli_backend *be, int fwd, const int64_t shape[4],
                           const cli_dtypes *dt, int layout, const char *inputs) {
-  if (run->nrows == run->cap) {
-    int cap = run->cap ? 2 * run->cap : 256;
-    check_row *r = realloc(run->rows, (size_t)cap * sizeof *r);
-    if (!r) return NULL;
-    run->rows = r, run->cap = cap;
-  }
   check_row *row = &run->rows[run->nrows++];
   memset(row, 0, sizeof *row);
   snprintf(row->backend, sizeof row->backend, "%s", be->label);
@@ -161,9 +152,7 @@ static CLI_PRINTF(3, 4) void say(check_row *row, int status, const char *fmt, ..
 }
 
 static void finish_row(check_run *run, const check_row *row) {
-  if (row->status == 0) run->passed++;
-  else if (row->status == 1) run->failed++;
-  else run->not_run++;
+  run->count[row->status]++;
   if (row->status != 2 && row->ratio > run->worst_ratio) {
     run->worst_ratio = row->ratio;
     snprintf(run->worst_where, sizeof run->worst_where, "%s %s %s %s %s", row->backend, row->op, row->shape,
@@ -223,7 +212,6 @@ static double case_bytes(const case_desc *c, int ops) {
 static void run_op(check_run *run, const case_desc *c, int fwd, cli_buf *b, cli_buf *dos, const cli_buf *dout_in,
                    const char *why) {
   check_row *row = new_row(run, c->be, fwd, c->shape, &c->dt, c->layout, c->special ? "special" : "random");
-  if (!row) return;
   cli_buf *out[2] = {&b[CLI_DZ], dos};
   const int cuda = c->be->is_cuda;
   zgate_options opts;
@@ -264,9 +252,7 @@ static void run_op(check_run *run, const case_desc *c, int fwd, cli_buf *b, cli_
 
 static void run_case(check_run *run, const case_desc *c) {
   const int inplace = c->layout == CLI_INPLACE;
-  cli_buf b[CLI_NT], before;
-  memset(b, 0, sizeof b);
-  memset(&before, 0, sizeof before);
+  cli_buf b[CLI_NT] = {0}, before = {0};
   char why[160] = "";
   if (cli_memory_fits(case_bytes(c, run->cfg->ops), run->cfg->max_memory, why, sizeof why) == 0) {
     int ok = 1;
@@ -293,14 +279,11 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
   const int64_t shape[4] = {1, 777, 2, 64}; /* ~100k elements: several of zgate's 32768-element work items */
   const int nt = cli_max_threads() > 1 ? cli_max_threads() : 2;
   cli_dtypes dt;
-  cli_buf b[2][CLI_NT];
+  cli_buf b[2][CLI_NT] = {0};
   char inputs[24], why[160] = "";
   for (int i = 0; i < CLI_NT; i++) dt.t[i] = t;
   snprintf(inputs, sizeof inputs, "threads 1 vs %d", nt);
   check_row *row = new_row(run, be, 0, shape, &dt, CLI_DENSE, inputs);
-  if (!row) return;
-  snprintf(row->err, sizeof row->err, "-");
-  memset(b, 0, sizeof b);
   cli_memory_fits(7 * cli_buf_bytes(CLI_DZ, CLI_DENSE, shape, t), run->cfg->max_memory, why, sizeof why);
   for (int i = 0; i < CLI_NT + 2 && !why[0]; i++)
     if (cli_buf_make(i < CLI_NT ? &b[0][i] : &b[1][i - 2], i < CLI_NT ? i : i - 2, CLI_DENSE, shape, t))
@@ -320,9 +303,9 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
     }
     size_t bytes = (size_t)b[0][CLI_DZ].nslots * (size_t)b[0][CLI_DZ].esize;
     if (st != ZGATE_OK) say(row, 1, "zgate_bwd returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
-    else if (memcmp(b[0][CLI_DZ].host, b[1][CLI_DZ].host, bytes) || memcmp(b[0][CLI_DOS].host, b[1][CLI_DOS].host, bytes))
-      say(row, 1, "results differ between 1 and %d threads", nt);
-    else say(row, 0, "bit-identical");
+    else if (!memcmp(b[0][CLI_DZ].host, b[1][CLI_DZ].host, bytes) && !memcmp(b[0][4].host, b[1][4].host, bytes))
+      say(row, 0, "bit-identical");
+    else say(row, 1, "results differ between 1 and %d threads", nt);
   }
   for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[0][i]);
   cli_buf_free(&b[1][CLI_DZ]);
@@ -362,8 +345,8 @@ static void write_summary(FILE *f, const check_run *run) {
   }
 }
 
-static int write_report(const check_run *run, const char *path, const cli_backend *be, int nbe,
-                        const char *skipped, const char *summary, double secs) {
+static int write_report(const check_run *run, const char *path, const char *labels, const char *skipped,
+                        const char *summary, double secs) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   char when[64];
@@ -373,24 +356,23 @@ static int write_report(const check_run *run, const char *path, const cli_backen
   fprintf(f, "**%s**\n\n", summary);
   fprintf(f, "- build: %s\n", zgate_build_info());
   fprintf(f, "- run %s, %.1f s, threads %s\n", when, secs, run->cfg->threads ? "as given" : "OpenMP default");
-  fprintf(f, "- backends checked:");
-  for (int i = 0; i < nbe; i++) fprintf(f, " %s", be[i].label);
-  fprintf(f, "\n- not checked here: %s\n", skipped[0] ? skipped : "none");
+  fprintf(f, "- backends checked: %s\n- not checked here: %s\n", labels, skipped[0] ? skipped : "none");
   fprintf(f, "\nEach output is compared element by element with the same formula in float64 on the float64-widened "
              "inputs (`check/zgate_check.h`). float32 outputs must be within 4 ulp of the elementwise scale "
              "(`|dout*o|*s*(1+|z|*(1-s))` for dz, `|dout*z|*s` for dos, `|o*z|*s` for out), plus `4*2^-149` times the "
-             "same products for s in float32's subnormal range; float16/bfloat16 outputs within 1 ulp of the type at the "
-             "reference value, or the float32 bound plus half an ulp of the type. NaN exactly where the reference is "
-             "NaN, infinities equal. Every output is poisoned (NaN) beforehand and surrounded by guard elements, which "
-             "must be left untouched. The special-value cases cross 32 values of z (+-0, subnormals, +-inf, NaN, |z| "
-             "near 88, 104, 1e30 and 3e38, the root near -1.2785) with 12 of dout and 12 of o; on CUDA without an "
+             "same products for s in float32's subnormal range; float16/bfloat16 outputs within 1 ulp of the type at "
+             "the reference value, or the float32 bound plus half an ulp of the type. NaN exactly where the reference "
+             "is NaN, infinities equal. Every output is poisoned (NaN) beforehand and surrounded by guard elements, "
+             "which must be left untouched. The special-value cases cross 32 values of z (+-0, subnormals, +-inf, NaN, "
+             "|z| near 88, 104, 1e30 and 3e38, the root near -1.2785) with 12 of dout and 12 of o; on CUDA without an "
              "infinite dout or o with z in [-746, -103]: there float64's sigmoid is a tiny nonzero and float32's has "
              "underflowed to 0, so the float64 formula gives inf where the CUDA kernels give NaN (inf * 0); the CPU "
              "paths recompute such elements by the float64 formula and are checked on them.\n\n"
              "*error / bound*: the largest `|got - ref|` divided by what the policy allows for that element, per "
              "output; at most 1 passes. (Counted in ulp of the scale instead, an element with z below about -87, where "
              "the absolute allowance for a subnormal s applies, can be millions of ulp from the reference and still "
-             "well inside the policy.) A case *not run* (not enough memory, no device) is not a pass.\n\nLayouts:");
+             "well inside the policy.) A case *not run* (not enough memory, no device) is not a pass.\n\n"
+             "Layouts:");
   for (int i = 0; i < CLI_NLAYOUTS; i++)
     fprintf(f, "%s *%s*: %s", i ? ";" : "", cli_layout_names[i], cli_layout_about[i]);
   fprintf(f, ".\n\n## Summary by backend, dtypes and layout\n\n");
@@ -416,10 +398,7 @@ static int write_report(const check_run *run, const char *path, const cli_backen
 /* ---- entry ----------------------------------------------------------------------------- */
 
 int cli_cmd_check(int argc, char **argv) {
-  static const struct option opts[] = {CLI_SHARED_OPTS,
-                                       {"report", 1, NULL, CLI_O_REPORT},
-                                       {"no-special", 0, NULL, CLI_O_NOSPECIAL},
-                                       {0}};
+  static const struct option opts[] = {CLI_SHARED_OPTS, {"report", 1, NULL, 'r'}, {"no-special", 0, NULL, 'S'}, {0}};
   cli_cfg cfg = {.cmd = "check", .layouts = (1u << CLI_NLAYOUTS) - 1u, .backend_spec = "all",
                  .backend_opt = "--backend", .ops = 3, .report = "zgate-check.md", .special = 1};
   int pr = cli_parse(&cfg, argc, argv, opts);
@@ -442,12 +421,15 @@ int cli_cmd_check(int argc, char **argv) {
   int nbe = cli_backends("check", cfg.backend_opt, cfg.backend_spec, be, skipped, sizeof skipped);
   if (nbe < 0) return CLI_EXIT_USAGE;
 
-  check_run run;
-  memset(&run, 0, sizeof run);
-  run.cfg = &cfg;
+  /* Per backend: both directions of every case, the special values', two thread checks. */
+  const size_t nrows = (size_t)nbe * (2 * cfg.nshapes * cfg.ndtypes * CLI_NLAYOUTS + 2 * cfg.ndtypes + 2);
+  check_run run = {.cfg = &cfg, .rows = calloc(nrows, sizeof(check_row))};
+  if (!run.rows) {
+    cli_error("check", "out of memory");
+    return CLI_EXIT_FAIL;
+  }
   double t0 = cli_now();
-  int tty = isatty(2);
-  int ncases = nbe * cfg.nshapes * cfg.ndtypes * CLI_NLAYOUTS, done = 0;
+  int tty = isatty(2), ncases = nbe * cfg.nshapes * cfg.ndtypes * CLI_NLAYOUTS, done = 0;
   for (int ib = 0; ib < nbe; ib++) {
     for (int is = 0; is < cfg.nshapes; is++)
       for (int id = 0; id < cfg.ndtypes; id++)
@@ -459,7 +441,7 @@ int cli_cmd_check(int argc, char **argv) {
           if (il == CLI_INPLACE) c.dt.t[CLI_DOS] = c.dt.t[CLI_DOUT]; /* in place needs dout's dtype */
           run_case(&run, &c);
           if (tty)
-            fprintf(stderr, "\rzgate check: %s %d/%d cases, %d failed   ", be[ib].label, done, ncases, run.failed);
+            fprintf(stderr, "\rzgate check: %s %d/%d cases, %d failed   ", be[ib].label, done, ncases, run.count[1]);
         }
     for (int id = 0; id < cfg.ndtypes && cfg.special; id++) {
       case_desc c = {&be[ib], special_shape, cfg.dtypes[id], CLI_DENSE, 1, 0};
@@ -480,11 +462,11 @@ int cli_cmd_check(int argc, char **argv) {
   }
   snprintf(summary, sizeof summary,
            "%s: %d cases on %s: %d passed, %d failed, %d not run%s; worst error %.3g of the allowed bound (%s)",
-           run.failed ? "FAIL" : run.not_run ? "INCOMPLETE" : "PASS", run.nrows, labels, run.passed, run.failed,
-           run.not_run, run.not_run ? " (a case that did not run is not a pass)" : "", run.worst_ratio,
+           run.count[1] ? "FAIL" : run.count[2] ? "INCOMPLETE" : "PASS", run.nrows, labels, run.count[0], run.count[1],
+           run.count[2], run.count[2] ? " (a case that did not run is not a pass)" : "", run.worst_ratio,
            run.worst_where[0] ? run.worst_where : "no output compared");
-  int rc = run.failed ? CLI_EXIT_FAIL : run.not_run ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
-  if (write_report(&run, cfg.report, be, nbe, skipped, summary, secs)) {
+  int rc = run.count[1] ? CLI_EXIT_FAIL : run.count[2] ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
+  if (write_report(&run, cfg.report, labels, skipped, summary, secs)) {
     cli_error("check", "cannot write the report to '%s'", cfg.report);
     rc = CLI_EXIT_FAIL;
   }

@@ -116,21 +116,20 @@ static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, word_span
 static const zb_variant *variants[ZB_MAX_VARIANTS];
 static int nvariants = -1;
 
-static void init_variants(void) {
-  if (nvariants >= 0) return;
-  int n = 0;
-  for (int i = 0; i < ZB_NALL && n < ZB_MAX_VARIANTS; i++)
-    if (!all_variants[i].available || all_variants[i].available()) variants[n++] = &all_variants[i];
-  nvariants = n;
-}
-
 int zb_variant_count(void) {
-  init_variants();
+  if (nvariants < 0) { /* the first call lists them */
+    int n = 0;
+    for (int i = 0; i < ZB_NALL && n < ZB_MAX_VARIANTS; i++)
+      if (!all_variants[i].available || all_variants[i].available()) variants[n++] = &all_variants[i];
+    nvariants = n;
+  }
   return nvariants;
 }
+
 const zb_variant *zb_variant_get(int v) { return v >= 0 && v < zb_variant_count() ? variants[v] : NULL; }
 
-int zb_variant_usable(int v, const zb_stream *s) {
+/* 1 when variant v can run on these buffers (alignment of its non-temporal stores). */
+static int usable(int v, const zb_stream *s) {
   if (v < 0 || v >= zb_variant_count()) return 0;
   if (!variants[v]->nt) return 1;
   /* A line-aligned d (the loops align it) must leave e aligned for the stores. */
@@ -152,18 +151,14 @@ static void bytes_xor(const char *a, const char *b, const char *c, char *d, char
 static void piece(const zb_variant *vt, const char *a, const char *b, const char *c, char *d, char *e, size_t n) {
   size_t head = (size_t)(-(uintptr_t)d & 63u);
   if (head > n) head = n;
+  size_t lines = (n - head) / 64, done = head + lines * 64;
   bytes_xor(a, b, c, d, e, head);
-  a += head, b += head, d += head, n -= head;
-  if (c) c += head, e += head;
-  size_t lines = n / 64;
-  vt->span(a, b, c, d, e, lines);
-  size_t done = lines * 64;
-  if (c) c += done, e += done;
-  bytes_xor(a + done, b + done, c, d + done, e, n - done);
+  vt->span(a + head, b + head, c ? c + head : NULL, d + head, c ? e + head : NULL, lines);
+  bytes_xor(a + done, b + done, c ? c + done : NULL, d + done, c ? e + done : NULL, n - done);
 }
 
 int zb_stream_run(int v, const zb_stream *s, int threads) {
-  if (!zb_variant_usable(v, s)) return -1;
+  if (!usable(v, s)) return -1;
   const zb_variant *vt = variants[v];
   const char *a = s->a, *b = s->b, *c = s->c;
   char *d = s->d, *e = s->c ? s->e : NULL;
@@ -213,14 +208,13 @@ static int cmp_d(const void *x, const void *y) {
 }
 
 int zb_summarize(double *v, int n, double out[3]) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
   int k = 0;
-  while (k < n && v[k] < 0) k++;
-  double *p = v + k;
-  int m = n - k;
-  if (m <= 0) return 0;
-  out[0] = m % 2 ? p[m / 2] : 0.5 * (p[m / 2 - 1] + p[m / 2]);
-  out[1] = p[0];
-  out[2] = p[m - 1];
-  return m;
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  while (k < n && v[k] < 0) k++; /* runs that were not usable */
+  if (k == n) return 0;
+  v += k, n -= k;
+  out[0] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  out[1] = v[0];
+  out[2] = v[n - 1];
+  return n;
 }

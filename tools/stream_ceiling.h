@@ -34,8 +34,6 @@ typedef struct zb_variant {
 /* The variants this build has and this CPU runs, 0..zb_variant_count()-1. */
 int zb_variant_count(void);
 const zb_variant *zb_variant_get(int v);
-/* 1 when variant v can run on these buffers (alignment of its non-temporal stores). */
-int zb_variant_usable(int v, const zb_stream *s);
 /* Runs variant v once on `threads` threads (0 = the OpenMP default; small problems run on one
  * thread). Returns 0, or -1 when the variant is not usable on these buffers. */
 int zb_stream_run(int v, const zb_stream *s, int threads);

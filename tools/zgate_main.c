@@ -5,22 +5,17 @@
 
 #include "cli.h"
 
-static void info_usage(FILE *f) {
-  fprintf(f,
-          "usage: zgate info\n"
-          "\n"
-          "Prints zgate's version, the CPU paths built into it, which of them this machine can\n"
-          "run and which one is chosen by default (ZGATE_CPU_ISA overrides the choice), the\n"
-          "OpenMP thread count, and whether CUDA is built in, with the devices found.\n");
-}
-
 /* `zgate info`: version, CPU paths built / runnable / chosen, threads, CUDA build and devices. */
 static int cmd_info(int argc, char **argv) {
   static const struct option opts[] = {{"help", 0, NULL, 'h'}, {0}};
   cli_cfg cfg = {.cmd = "info"};
   int pr = cli_parse(&cfg, argc, argv, opts);
   if (pr < 0) {
-    info_usage(stdout);
+    printf("usage: zgate info\n"
+           "\n"
+           "Prints zgate's version, the CPU paths built into it, which of them this machine can\n"
+           "run and which one is chosen by default (ZGATE_CPU_ISA overrides the choice), the\n"
+           "OpenMP thread count, and whether CUDA is built in, with the devices found.\n");
     return CLI_EXIT_OK;
   }
   if (pr) return pr;
