@@ -5,7 +5,6 @@
 #define ZGATE_CLI_H
 
 #include <getopt.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -185,7 +184,6 @@ double cli_now(void);                                            /* monotonic se
 void cli_shape_str(const int64_t shape[4], char *buf, size_t n); /* "(2, 2048, 24, 64)" */
 int cli_max_threads(void); /* OpenMP's default thread count, 1 without OpenMP */
 
-/* Subcommands. */
 int cli_cmd_check(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 

@@ -202,16 +202,19 @@ static int parse_opt(cli_cfg *c, int which, const char *v) {
 }
 
 int cli_parse(cli_cfg *c, int argc, char **argv, const struct option *opts) {
-  int which;
+  int which, at = optind = 1;
   opterr = 0; /* the messages below say it in the command's words */
-  optind = 1;
   /* '+': options only, no reordering; ':': a missing value is told apart from an unknown option. */
   while ((which = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
     const char *arg = argv[optind - 1];
+    const int named = optind > at && !strncmp(arg, "--", 2); /* else a letter of -xyz was read */
+    at = optind;
     if (which == 'h') return -1;
     if (which == ':') return cli_error(c->cmd, "option '%s' needs a value", arg), CLI_EXIT_USAGE;
-    if (which == '?' && optopt && arg[1] == '-') /* a known --name given a value */
+    if (which == '?' && named && optopt) /* a known --name given a value */
       return cli_error(c->cmd, "option '%s' takes no value", arg), CLI_EXIT_USAGE;
+    if (which == '?' && !named)
+      return cli_error(c->cmd, "unknown option '-%c' (see 'zgate %s --help')", optopt, c->cmd), CLI_EXIT_USAGE;
     if (which == '?')
       return cli_error(c->cmd, "unknown option '%s' (see 'zgate %s --help')", arg, c->cmd), CLI_EXIT_USAGE;
     if (parse_opt(c, which, optarg)) return CLI_EXIT_USAGE;

@@ -168,9 +168,7 @@ int cli_bufs_to_host(cli_buf *b, int n) {
 }
 
 void cli_cuda_free(int device, void *p) {
-  if (!p) return;
-  cudaSetDevice(device);
-  cudaFree(p);
+  if (p && cudaSetDevice(device) == cudaSuccess) cudaFree(p);
 }
 
 int cli_cuda_sync(int device) { return CUDA_TRY(cudaSetDevice(device)) || CUDA_TRY(cudaDeviceSynchronize()) ? -1 : 0; }
@@ -193,7 +191,9 @@ int cli_cuda_time(int device, int (*fn)(void *), void *ctx, size_t copy_bytes, i
   }
   if (start) cudaEventDestroy(start);
   if (stop) cudaEventDestroy(stop);
-  cudaFree(flush), cudaFree(src), cudaFree(dst);
+  cudaFree(flush);
+  cudaFree(src);
+  cudaFree(dst);
   return rc ? -1 : 0;
 }
 

@@ -88,11 +88,9 @@ static void usage(FILE *f) {
           "  --isa LIST         the same for CPU paths only, e.g. --isa scalar,avx2\n"
           "  --op bwd|fwd|both  which direction to time (default bwd)\n"
           "  --threads N        CPU threads (default 0 = OpenMP default), for zgate and the ceiling\n"
-          "  --repeats N        timed calls per configuration, the median is reported (default 10\n"
-          "                     on the CPU, 50 on CUDA)\n"
+          "  --repeats N        timed calls per configuration (default 10 on the CPU, 50 on CUDA)\n"
           "  --warmup N         untimed calls first (default 2)\n"
-          "  --max-memory SIZE  host memory a configuration may take, e.g. 8G (default: MemAvailable\n"
-          "                     now); one that needs more is not run, and says how much it needs\n"
+          "  --max-memory SIZE  host memory a configuration may take, e.g. 8G (default: MemAvailable now)\n"
           "  --json PATH        results as JSON (default zgate-bench.json)\n"
           "  --png PATH         chart (default zgate-bench.png), with its gnuplot data and script\n"
           "                     beside it: PATH with .png replaced by .dat and .gp\n"
@@ -181,8 +179,10 @@ static void cpu_ceiling(const cli_cfg *cfg, bench_result *r, cli_buf *b, int rep
       r->variant_gbps[v][0] = -1.0;
       if (!zb_summarize(w + v * reps, reps, sv)) continue;
       for (int k = 0; k < 3; k++) r->variant_gbps[v][k] = r->ceiling_bytes / sv[k ? 3 - k : 0] / 1e9;
-      if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0])
-        r->ceiling_variant = v, memcpy(r->ceiling_s, sv, sizeof sv);
+      if (r->ceiling_variant < 0 || sv[0] < r->ceiling_s[0]) {
+        r->ceiling_variant = v;
+        memcpy(r->ceiling_s, sv, sizeof sv);
+      }
     }
     if (r->ceiling_variant < 0) set_error(r, 0, "no ceiling variant runs on these buffers");
   } else {
@@ -209,6 +209,7 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
   const int reps = cfg->repeats ? cfg->repeats : be->is_cuda ? 50 : 10;
   /* CUDA's ceiling: a device-to-device copy moving the same bytes (half read, half written) */
   const size_t half = ((size_t)(r->bytes / 2.0) + 255) & ~(size_t)255;
+  r->ceiling_bytes = 2.0 * (double)half; /* the CPU ceiling sets its own */
   bench_call call = {r->fwd, b, dos, {0}};
   zgate_options_init(&call.opts);
   if (!be->is_cuda) call.opts.num_threads = cfg->threads, call.opts.cpu_isa = be->isa;
@@ -238,7 +239,7 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
     if (!be->is_cuda) cpu_ceiling(cfg, r, b, reps);
     else if (cli_cuda_time(be->device, NULL, NULL, half, reps, t))
       set_error(r, 0, "CUDA copy ceiling: %s", cli_cuda_last_error());
-    else zb_summarize(t, reps, r->ceiling_s), r->ceiling_bytes = 2.0 * (double)half;
+    else zb_summarize(t, reps, r->ceiling_s);
   }
   free(t);
 }
@@ -387,9 +388,8 @@ static void json_num3(FILE *f, const char *name, const double v[3], double scale
 static int write_json(const char *path, const bench_result *r, int n, const bench_meta *m) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  fprintf(f, "{\n  \"tool\": \"zgate bench\",\n  \"zgate_version\": ");
-  json_str(f, zgate_version());
-  fprintf(f, ",\n  \"build\": ");
+  /* The version is the library's "major.minor.patch"; the build line can hold any text. */
+  fprintf(f, "{\n  \"tool\": \"zgate bench\",\n  \"zgate_version\": \"%s\",\n  \"build\": ", zgate_version());
   json_str(f, zgate_build_info());
   fprintf(f, ",\n  \"date\": \"%s\",\n  \"cpu_threads\": %d,\n  \"load_average_at_start\": ", m->date, m->threads);
   if (m->have_load) fprintf(f, "[%.2f, %.2f, %.2f]", m->load[0], m->load[1], m->load[2]);
@@ -432,8 +432,9 @@ static int write_json(const char *path, const bench_result *r, int n, const benc
               zb_variant_get(x->ceiling_variant)->name);
       for (int v = 0; v < x->nvariants; v++) {
         fprintf(f, "%s{\"name\": \"%s\"", v ? ", " : "", zb_variant_get(v)->name);
-        if (x->variant_gbps[v][0] < 0) fprintf(f, ", \"usable\": false}");
-        else json_num3(f, "gbps", x->variant_gbps[v], 1.0), fputc('}', f);
+        if (x->variant_gbps[v][0] < 0) fprintf(f, ", \"usable\": false");
+        else json_num3(f, "gbps", x->variant_gbps[v], 1.0);
+        fputc('}', f);
       }
       fputc(']', f);
     }

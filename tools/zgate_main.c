@@ -26,8 +26,7 @@ static int cmd_info(int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     if (zgate_cpu_isa_available(cli_cpu_isas[i])) printf(" %s", cli_cpu_isas[i]);
   printf("\n");
-  const char *env = getenv("ZGATE_CPU_ISA");
-  const char *chosen = zgate_cpu_isa_chosen();
+  const char *env = getenv("ZGATE_CPU_ISA"), *chosen = zgate_cpu_isa_chosen();
   if (strstr(chosen, "ZGATE_CPU_ISA")) printf("CPU path chosen:    %s\n", chosen);
   else printf("CPU path chosen:    %s%s%s%s\n", chosen, env ? " (ZGATE_CPU_ISA=" : " (best available)", env ? env : "",
               env ? ")" : "");
