@@ -1,10 +1,10 @@
-/* Shared pieces of the `zgate` command: argument parsing, backends, test tensors, timing.
+/* Shared pieces of the `zgate` command: options, backends, test tensors, the machine.
  * Every failure the user can cause is reported in their words by cli_error() and turned
  * into a nonzero exit by the subcommand; nothing here aborts. */
 #ifndef ZGATE_CLI_H
 #define ZGATE_CLI_H
 
-#include <stddef.h>
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -15,56 +15,28 @@
  * asked for did not run (not enough memory, no device) and nothing failed. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NOT_RUN = 3 };
 
-/* ---- messages ------------------------------------------------------------------------- */
+/* printf-style functions, their format checked where the compiler can. */
+#if defined(__GNUC__)
+#define CLI_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define CLI_PRINTF(fmt, args)
+#endif
 
 /* "zgate <cmd>: <message>" on stderr. */
-void cli_error(const char *cmd, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+CLI_PRINTF(2, 3) void cli_error(const char *cmd, const char *fmt, ...);
 
-/* ---- argument parsing ----------------------------------------------------------------- */
-
-/* One option of a subcommand: "--name VALUE" or "--name=VALUE" (has_value), or a flag. */
-typedef struct cli_opt {
-  const char *name;  /* without the leading dashes */
-  int has_value;
-} cli_opt;
-
-/* Walks argv[1..]: for each option calls back with its index in `opts` and its value (NULL
- * for flags). Returns 0, or CLI_EXIT_USAGE after printing why (unknown option, missing
- * value, stray argument). "--help"/"-h" make it return -1 (the caller prints help). */
-typedef int (*cli_opt_fn)(void *ctx, int which, const char *value);
-int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, int nopts,
-              cli_opt_fn fn, void *ctx);
-
-/* Parse helpers: 0 on success, else print a message naming the option and return -1. */
-int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
-                  long long *out);
-int cli_parse_shape(const char *cmd, const char *s, int64_t shape[4]);
-/* A size in bytes: "8G", "512M", "1.5T", "4096" (K, M, G, T: powers of 1024; a trailing B or
- * iB is allowed). */
-int cli_parse_size(const char *cmd, const char *opt, const char *s, double *bytes);
-
-/* Tensor dtypes of one call, in the order dout, z, o, dz, dout_scaled. */
+/* Tensor dtypes of one call, in the order dout, z, o, dz, dout_scaled; the forward's output
+ * is stored as dz. */
 enum { CLI_DOUT = 0, CLI_Z = 1, CLI_O = 2, CLI_DZ = 3, CLI_DOS = 4, CLI_NT = 5 };
-extern const char *const cli_tensor_names[CLI_NT];
 typedef struct cli_dtypes {
   DLDataType t[CLI_NT];
 } cli_dtypes;
-/* A comma-separated list: a bare type sets all five tensors, "name=type" one of them, later
- * items win: "bf16", "f32,dz=bf16", "dout=bf16,z=f32,o=f16,dz=f32,dos=bf16". Types:
- * f32/float32, f16/float16/half, bf16/bfloat16; names: dout, z, o, dz, dos (dout_scaled). */
-int cli_parse_dtypes(const char *cmd, const char *s, cli_dtypes *out);
-DLDataType cli_dtype(int code); /* 0 = f32, 1 = f16, 2 = bf16, 3 = f64 */
+extern const char *const cli_tensor_names[CLI_NT]; /* "dout", "z", "o", "dz", "dos" */
+DLDataType cli_dtype(int code); /* 0 = f32, 1 = f16, 2 = bf16 */
 const char *cli_dtype_name(DLDataType t);
-int cli_dtype_size(DLDataType t);
-/* "bf16" when all five agree, else "dout=bf16 z=f32 ...". */
-void cli_dtypes_str(const cli_dtypes *d, char *buf, size_t n);
-/* The same for the tensors one direction uses: the backward all five, the forward o, z and
- * its output (stored as dz): "bf16" or "o=bf16 z=f32 out=f16". */
-void cli_op_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n);
+/* The tensors one direction uses, "bf16" when they agree: the backward all five ("dout=bf16
+ * z=f32 ..."), the forward o, z and its output ("o=bf16 z=f32 out=f16"). */
+void cli_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n);
 
 /* Layouts of the test and benchmark tensors. */
 typedef enum cli_layout {
@@ -77,10 +49,46 @@ typedef enum cli_layout {
 } cli_layout;
 extern const char *const cli_layout_names[CLI_NLAYOUTS];
 extern const char *const cli_layout_about[CLI_NLAYOUTS]; /* what each name means, in words */
-/* Comma-separated layout names into a bit mask (bit i = layout i). */
-int cli_parse_layouts(const char *cmd, const char *s, unsigned *mask);
-/* --op: "bwd" -> 1, "fwd" -> 2, "both" -> 3 (a bit mask); 0 or -1 (message printed). */
-int cli_parse_op(const char *cmd, const char *s, int *ops);
+
+/* ---- options -------------------------------------------------------------------------- */
+
+#define CLI_MAX_SHAPES 32
+#define CLI_MAX_DTYPES 16
+
+/* The options of `zgate check` and `zgate bench`; each command takes the shared ones and
+ * its own (CLI_SHARED_OPTS plus its table). */
+typedef struct cli_cfg {
+  const char *cmd;
+  int64_t shapes[CLI_MAX_SHAPES][4];
+  int nshapes;
+  cli_dtypes dtypes[CLI_MAX_DTYPES];
+  int ndtypes;
+  unsigned layouts;                       /* bit i = layout i */
+  const char *backend_spec, *backend_opt; /* backend_opt: --backend or --isa, for messages */
+  double max_memory;                      /* bytes a case may take, 0 = what is available */
+  int threads;
+  int ops; /* bit 0 bwd, bit 1 fwd */
+  const char *report;
+  int special;
+  int repeats, warmup, settle, plot;
+  const char *json, *png;
+} cli_cfg;
+
+/* The options both commands take, the start of their getopt_long tables. Each option's val is
+ * a letter that cli_parse knows; only --name is accepted (and -h). check adds report 'r' and
+ * no-special 'S'; bench repeats 'n', warmup 'w', settle 'q', json 'j', png 'p', no-plot 'P'. */
+#define CLI_SHARED_OPTS                                                                                     \
+  {"help", 0, NULL, 'h'}, {"shape", 1, NULL, 's'}, {"dtype", 1, NULL, 'd'}, {"layout", 1, NULL, 'l'},       \
+      {"backend", 1, NULL, 'b'}, {"isa", 1, NULL, 'i'}, {"op", 1, NULL, 'o'}, {"threads", 1, NULL, 't'}, \
+      {"max-memory", 1, NULL, 'm'}
+
+/* Parses argv[1..] against `opts` (ended by a zero entry) into cfg. Returns 0, -1 for --help
+ * (the caller prints it), or CLI_EXIT_USAGE after saying why (unknown option, missing or bad
+ * value, stray argument). */
+int cli_parse(cli_cfg *cfg, int argc, char **argv, const struct option *opts);
+/* Checks that `path` (the value of option `opt`) can be written: an existing writable file,
+ * or a new name in a writable directory; 0, or -1 after a message with the OS's reason. */
+int cli_check_output(const char *cmd, const char *opt, const char *path);
 
 /* ---- backends ------------------------------------------------------------------------- */
 
@@ -93,36 +101,13 @@ typedef struct cli_backend {
 } cli_backend;
 
 #define CLI_MAX_BACKENDS 16
-/* CPU paths zgate knows, in order. */
-extern const char *const cli_cpu_isas[4];
-/* Fill `out` with the backends selected by `spec` (NULL = every available one: each CPU path
- * this machine runs, each CUDA device); `skipped` (may be NULL) gets a line per path built
- * but not runnable here, for the report. Returns the count, or -1 after a message. */
+extern const char *const cli_cpu_isas[4]; /* the CPU paths zgate knows, in order */
+/* Fills `out` with the backends `spec` names ("all": each CPU path this machine runs, each
+ * CUDA device); `skipped` (may be NULL) gets a line per path built but not runnable here,
+ * for the report. `opt` is the option that gave spec, for messages. Returns the count, or -1
+ * after a message. */
 int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend *out, char *skipped,
-                 size_t nskipped); /* opt: the option that gave spec, for messages */
-
-/* ---- CUDA runtime (stubs when the tool is built without CUDA) ------------------------- */
-
-int cli_cuda_device_count(void); /* 0 when none, or no driver, or built without CUDA */
-/* One line about device i (name, SMs, memory, capability). */
-void cli_cuda_describe(int device, char *buf, size_t n);
-void cli_cuda_versions(char *buf, size_t n); /* driver and runtime versions */
-void *cli_cuda_malloc(int device, size_t bytes);  /* NULL on failure */
-void cli_cuda_free(int device, void *p);
-int cli_cuda_upload(int device, void *dst, const void *src, size_t bytes);   /* 0 = ok */
-int cli_cuda_download(int device, void *dst, const void *src, size_t bytes); /* 0 = ok */
-int cli_cuda_sync(int device);
-/* Memset `bytes` of scratch to flush the L2 cache between timed calls. */
-int cli_cuda_flush(int device, void *scratch, size_t bytes);
-/* Events: start/stop around work on the legacy default stream; milliseconds between. */
-typedef struct cli_cuda_timer cli_cuda_timer;
-cli_cuda_timer *cli_cuda_timer_new(int device);
-void cli_cuda_timer_free(cli_cuda_timer *t);
-int cli_cuda_timer_start(cli_cuda_timer *t);
-int cli_cuda_timer_stop(cli_cuda_timer *t, double *ms);
-/* Device-to-device copy of `bytes` (the CUDA bandwidth ceiling). */
-int cli_cuda_copy(int device, void *dst, const void *src, size_t bytes);
-const char *cli_cuda_last_error(void);
+                 size_t nskipped);
 
 /* ---- test tensors --------------------------------------------------------------------- */
 
@@ -133,8 +118,8 @@ typedef struct cli_buf {
   int esize;
   int64_t shape[4];
   int64_t strides[4];
-  int64_t offset;      /* elements from the allocation's start to the view's first element */
-  int64_t nslots;      /* elements in the allocation */
+  int64_t offset; /* elements from the allocation's start to the view's first element */
+  int64_t nslots; /* elements in the allocation */
   unsigned char *host;
   unsigned char *snapshot; /* a copy taken before a call, to find writes outside the view */
   void *dev;
@@ -142,13 +127,13 @@ typedef struct cli_buf {
   int on_device;
 } cli_buf;
 
-/* Allocate tensor `which` (CLI_DOUT..CLI_DOS) of `layout`; poisons it (all bits set, a NaN
- * in every dtype). Returns 0, or -1 when out of memory. */
+/* Allocates tensor `which` (CLI_DOUT..CLI_DOS) of `layout`, poisoned (all bits set, a NaN in
+ * every dtype). Returns 0, or -1 when out of memory. */
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
 /* The bytes cli_buf_make allocates for that tensor, guards included. */
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
 void cli_buf_free(cli_buf *b);
-/* The DLTensor of the view (host or device memory as the buffer says). */
+/* The DLTensor of the view, in device or host memory as the buffer says. */
 DLTensor cli_buf_tensor(const cli_buf *b);
 /* Element (i0,i1,i2,i3) of the view, as a double, and stores rounding to nearest even. */
 double cli_buf_get(const cli_buf *b, const int64_t idx[4]);
@@ -157,41 +142,48 @@ void cli_buf_poison(cli_buf *b);
 int cli_buf_take_snapshot(cli_buf *b); /* 0, or -1 when out of memory */
 /* Elements outside the view whose bytes changed since the snapshot. */
 int64_t cli_buf_outside_writes(const cli_buf *b);
-/* Move to a CUDA device (allocates and uploads the whole allocation) / download back. */
-int cli_buf_to_device(cli_buf *b, int device);
-int cli_buf_from_device(cli_buf *b);
 int64_t cli_numel(const int64_t shape[4]);
+/* The backward (dout, z, o -> dz, dos) or the forward (o, z -> dz) on the tensors b[0..4],
+ * where dout_scaled goes to `dos` (b[CLI_DOS], or b[CLI_DOUT] in place), on each buffer's
+ * device or host copy. Returns zgate's status. */
+int cli_call(int fwd, cli_buf *b, cli_buf *dos, const zgate_options *opts);
 
 /* Random numbers (splitmix64), reproducible from a seed. */
 typedef struct cli_rng {
   uint64_t s;
 } cli_rng;
-uint64_t cli_rng_next(cli_rng *r);
 double cli_rng_uniform(cli_rng *r); /* [0, 1) */
 double cli_rng_normal(cli_rng *r);
+
+/* ---- CUDA (stubs saying so when the tool is built without CUDA) ------------------------ */
+
+int cli_cuda_device_count(void); /* 0 when none, or no driver, or built without CUDA */
+/* One line about device i (name, SMs, memory, capability); device -1: driver and runtime. */
+void cli_cuda_describe(int device, char *buf, size_t n);
+const char *cli_cuda_last_error(void);
+/* Uploads every allocated buffer of b[0..n-1] to `device` (allocating its copy), or downloads
+ * the ones on a device back; 0, or -1 (cli_cuda_last_error says why). */
+int cli_bufs_to_device(cli_buf *b, int n, int device);
+int cli_bufs_to_host(cli_buf *b, int n);
+void cli_cuda_free(int device, void *p);
+int cli_cuda_sync(int device);
+/* Times `reps` runs (after one untimed run) on `device` with events, the L2 cache flushed
+ * before each: of fn(ctx), or with fn NULL of a device-to-device copy of copy_bytes.
+ * secs[r] gets each run's seconds. 0, or -1 (cli_cuda_last_error says why). */
+int cli_cuda_time(int device, int (*fn)(void *), void *ctx, size_t copy_bytes, int reps, double *secs);
 
 /* ---- the machine (cli_system.c) -------------------------------------------------------- */
 
 /* 0 when `need` bytes fit both the host memory available now (MemAvailable, /proc/meminfo)
- * and max_bytes (when > 0, from --max-memory); else -1 and `why` says "needs ... of memory, more than ..."
- * with both figures. Asked before a case allocates anything. */
+ * and max_bytes (when > 0, from --max-memory); else -1 and `why` says "needs ... of memory,
+ * more than ..." with both figures. Asked before a case allocates anything. */
 int cli_memory_fits(double need, double max_bytes, char *why, size_t n);
-void cli_bytes_str(double bytes, char *buf, size_t n); /* "23.8 GiB" */
-/* 0 when `path` (the value of option `opt`) can be written: an existing writable file, or a
- * new name in a writable directory; else -1 after a message with the OS's reason. */
-int cli_check_output(const char *cmd, const char *opt, const char *path);
 /* /proc/loadavg's 1, 5 and 15 minute figures and the CPUs online; 0, or -1 (unknown). */
 int cli_loadavg(double load[3], int *cpus);
-
-/* ---- misc ----------------------------------------------------------------------------- */
-
-double cli_now(void); /* monotonic seconds */
-int cli_stderr_is_tty(void);
+double cli_now(void);                                            /* monotonic seconds */
 void cli_shape_str(const int64_t shape[4], char *buf, size_t n); /* "(2, 2048, 24, 64)" */
 int cli_max_threads(void); /* OpenMP's default thread count, 1 without OpenMP */
 
-/* Subcommands. */
-int cli_cmd_info(int argc, char **argv);
 int cli_cmd_check(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 

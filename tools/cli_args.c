@@ -1,5 +1,6 @@
-/* Argument parsing for the zgate command: options, shapes, dtypes, layouts. Every error is
- * said in the user's terms (which option, what was expected, what was given). */
+/* The options of the zgate command (getopt_long), and their values: numbers, sizes, shapes,
+ * dtypes, layouts. Every error is said in the user's terms (which option, what was expected,
+ * what was given). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -25,216 +26,202 @@ void cli_error(const char *cmd, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, int nopts,
-              cli_opt_fn fn, void *ctx) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return -1;
-    if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-      cli_error(cmd, "unexpected argument '%s' (options start with --; see 'zgate %s --help')", a, cmd);
-      return CLI_EXIT_USAGE;
-    }
-    const char *name = a + 2;
-    const char *eq = strchr(name, '=');
-    size_t len = eq ? (size_t)(eq - name) : strlen(name);
-    int which = -1;
-    for (int k = 0; k < nopts; k++)
-      if (strlen(opts[k].name) == len && !strncmp(opts[k].name, name, len)) which = k;
-    if (which < 0) {
-      cli_error(cmd, "unknown option '--%.*s' (see 'zgate %s --help')", (int)len, name, cmd);
-      return CLI_EXIT_USAGE;
-    }
-    const char *value = NULL;
-    if (opts[which].has_value) {
-      if (eq) {
-        value = eq + 1;
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        cli_error(cmd, "option '--%s' needs a value", opts[which].name);
-        return CLI_EXIT_USAGE;
-      }
-    } else if (eq) {
-      cli_error(cmd, "option '--%s' takes no value", opts[which].name);
-      return CLI_EXIT_USAGE;
-    }
-    if (fn(ctx, which, value) != 0) return CLI_EXIT_USAGE;
-  }
-  return 0;
-}
-
-int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi,
-                  long long *out) {
+static int parse_int(const cli_cfg *c, const char *opt, const char *s, long long lo, long long hi, int *out) {
   char *end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 10);
-  while (end && isspace((unsigned char)*end)) end++;
-  if (!*s || errno || !end || *end || v < lo || v > hi) {
-    cli_error(cmd, "%s wants a whole number from %lld to %lld; got '%s'", opt, lo, hi, s);
+  if (!*s || errno || *end || v < lo || v > hi) {
+    cli_error(c->cmd, "%s wants a whole number from %lld to %lld; got '%s'", opt, lo, hi, s);
     return -1;
   }
-  *out = v;
+  *out = (int)v;
   return 0;
 }
 
-int cli_parse_shape(const char *cmd, const char *s, int64_t shape[4]) {
-  const char *p = s;
+/* A size in bytes: "8G", "512M", "1.5T", "4096" (K, M, G, T: powers of 1024; a trailing B or
+ * iB is allowed). */
+static int parse_size(const cli_cfg *c, const char *s, double *bytes) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end), unit = 1.0;
+  const char *u = *end ? strchr("KMGT", toupper((unsigned char)*end)) : NULL;
+  if (u) {
+    for (const char *p = "KMGT"; p <= u; p++) unit *= 1024.0;
+    end += 1 + (end[1] == 'B' ? 1 : end[1] == 'i' && end[2] == 'B' ? 2 : 0);
+  }
+  if (end == s || errno || *end || !(v > 0) || v * unit > 1e18) {
+    cli_error(c->cmd, "--max-memory wants a size such as 8G, 512M or 1.5T (K, M, G, T: powers of 1024); got '%s'", s);
+    return -1;
+  }
+  *bytes = v * unit;
+  return 0;
+}
+
+/* "2,2048,24,64" or "2x2048x24x64". */
+static int parse_shape(const cli_cfg *c, const char *s, int64_t shape[4]) {
+  char *end = NULL;
   int n = 0;
-  while (*p) {
-    while (*p == ' ' || *p == '(' || *p == '[') p++;
-    char *end = NULL;
+  for (const char *p = s; n < 4; p = end + 1) {
     errno = 0;
     long long v = strtoll(p, &end, 10);
-    if (end == p || errno || v < 0 || n >= 4) goto bad;
+    if (end == p || errno || v < 0 || (*end && *end != ',' && *end != 'x')) break;
     shape[n++] = v;
-    p = end;
-    while (*p == ' ' || *p == ')' || *p == ']') p++;
-    if (*p == ',' || *p == 'x') p++;
-    else if (*p) goto bad;
+    if (!*end) break;
   }
-  if (n != 4) goto bad;
+  if (n != 4 || *end) {
+    cli_error(c->cmd, "--shape wants four sizes >= 0, batch,seqlen,nheads,headdim (e.g. 2,2048,24,64); got '%s'", s);
+    return -1;
+  }
   /* Refuse element counts that cannot be allocated; zgate itself takes any size. */
   double numel = (double)shape[0] * (double)shape[1] * (double)shape[2] * (double)shape[3];
   if (numel > 9.0e15) {
-    cli_error(cmd, "--shape %s has %.3g elements, too many to allocate", s, numel);
+    cli_error(c->cmd, "--shape %s has %.3g elements, too many to allocate", s, numel);
     return -1;
   }
   return 0;
-bad:
-  cli_error(cmd, "--shape wants four sizes >= 0, batch,seqlen,nheads,headdim (e.g. 2,2048,24,64); got '%s'", s);
-  return -1;
 }
 
 DLDataType cli_dtype(int code) {
-  DLDataType t = {kDLFloat, 32, 1};
-  if (code == 1) t.bits = 16;
-  if (code == 2) t.code = kDLBfloat, t.bits = 16;
-  if (code == 3) t.bits = 64;
+  DLDataType t = {code == 2 ? kDLBfloat : kDLFloat, code ? 16 : 32, 1};
   return t;
 }
 
 const char *cli_dtype_name(DLDataType t) {
-  if (t.code == kDLFloat && t.bits == 32) return "f32";
-  if (t.code == kDLFloat && t.bits == 16) return "f16";
-  if (t.code == kDLBfloat && t.bits == 16) return "bf16";
-  if (t.code == kDLFloat && t.bits == 64) return "f64";
-  return "?";
+  if (t.code == kDLBfloat) return "bf16";
+  return t.bits == 16 ? "f16" : t.bits == 32 ? "f32" : "?";
 }
 
-int cli_dtype_size(DLDataType t) { return t.bits / 8; }
-
-static int dtype_from_name(const char *s, size_t n, DLDataType *t) {
-  static const struct { const char *name; int code; } names[] = {
-      {"f32", 0}, {"float32", 0}, {"fp32", 0}, {"float", 0}, {"f16", 1}, {"float16", 1},
-      {"fp16", 1}, {"half", 1}, {"bf16", 2}, {"bfloat16", 2}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strlen(names[i].name) == n && !strncmp(names[i].name, s, n)) {
-      *t = cli_dtype(names[i].code);
-      return 0;
-    }
+static int dtype_code(const char *s) {
+  static const char *const names[] = {"f32", "f16", "bf16", "float32", "float16", "bfloat16"};
+  for (int i = 0; i < 6; i++)
+    if (!strcmp(names[i], s)) return i % 3;
   return -1;
 }
 
-int cli_parse_dtypes(const char *cmd, const char *s, cli_dtypes *out) {
-  cli_dtypes d;
-  for (int i = 0; i < CLI_NT; i++) d.t[i] = cli_dtype(0);
-  const char *p = s;
-  if (!*p) goto bad;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    const char *eq = memchr(p, '=', n);
-    DLDataType t;
-    if (!eq) {
-      if (dtype_from_name(p, n, &t)) goto bad_type;
-      for (int i = 0; i < CLI_NT; i++) d.t[i] = t;
-    } else {
-      size_t kn = (size_t)(eq - p);
-      int which = -1;
+/* A comma-separated list: a bare type sets all five tensors, "name=type" one of them, later
+ * items win: "bf16", "f32,dz=bf16", "dout=bf16,z=f32,o=f16,dz=f32,dos=bf16". */
+static int parse_dtypes(const cli_cfg *c, const char *s, cli_dtypes *out) {
+  char list[256];
+  int n = 0;
+  for (int i = 0; i < CLI_NT; i++) out->t[i] = cli_dtype(0);
+  if (snprintf(list, sizeof list, "%s", s) >= (int)sizeof list) list[0] = '\0';
+  for (char *item = strtok(list, ","); item; item = strtok(NULL, ","), n++) {
+    char *eq = strchr(item, '='), *type = eq ? eq + 1 : item;
+    int which = -1, code = dtype_code(type);
+    if (eq) {
+      *eq = '\0';
       for (int i = 0; i < CLI_NT; i++)
-        if (strlen(cli_tensor_names[i]) == kn && !strncmp(cli_tensor_names[i], p, kn)) which = i;
-      if (kn == 11 && !strncmp(p, "dout_scaled", 11)) which = CLI_DOS;
-      if (kn == 3 && !strncmp(p, "out", 3)) which = CLI_DZ; /* the forward's output */
+        if (!strcmp(cli_tensor_names[i], item)) which = i;
+      if (!strcmp(item, "dout_scaled")) which = CLI_DOS;
+      if (!strcmp(item, "out")) which = CLI_DZ; /* the forward's output */
       if (which < 0) {
-        cli_error(cmd, "--dtype: unknown tensor '%.*s' (tensors: dout, z, o, dz, dos; 'out' is the forward's output)",
-                  (int)kn, p);
+        cli_error(c->cmd, "--dtype: unknown tensor '%s' (tensors: dout, z, o, dz, dos; 'out' is the forward's output)",
+                  item);
         return -1;
       }
-      if (dtype_from_name(eq + 1, n - kn - 1, &t)) {
-        p = eq + 1;
-        goto bad_type;
-      }
-      d.t[which] = t;
     }
-    p = end ? end + 1 : p + n;
-    if (end && !*p) goto bad;
-  }
-  *out = d;
-  return 0;
-bad_type: {
-  const char *e = strchr(p, ',');
-  cli_error(cmd, "--dtype: unknown type '%.*s' (types: f32, f16, bf16)", (int)(e ? e - p : (long)strlen(p)), p);
-  return -1;
-}
-bad:
-  cli_error(cmd, "--dtype wants a type (f32, f16, bf16) or tensor=type pairs such as "
-                 "dout=bf16,z=f32,o=bf16,dz=f32,dos=bf16; got '%s'", s);
-  return -1;
-}
-
-void cli_dtypes_str(const cli_dtypes *d, char *buf, size_t n) {
-  int same = 1;
-  for (int i = 1; i < CLI_NT; i++)
-    if (d->t[i].code != d->t[0].code || d->t[i].bits != d->t[0].bits) same = 0;
-  if (same) {
-    snprintf(buf, n, "%s", cli_dtype_name(d->t[0]));
-    return;
-  }
-  snprintf(buf, n, "dout=%s z=%s o=%s dz=%s dos=%s", cli_dtype_name(d->t[0]), cli_dtype_name(d->t[1]),
-           cli_dtype_name(d->t[2]), cli_dtype_name(d->t[3]), cli_dtype_name(d->t[4]));
-}
-
-void cli_op_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n) {
-  const char *o = cli_dtype_name(d->t[CLI_O]), *z = cli_dtype_name(d->t[CLI_Z]), *out = cli_dtype_name(d->t[CLI_DZ]);
-  if (!fwd) cli_dtypes_str(d, buf, n);
-  else if (!strcmp(o, z) && !strcmp(o, out)) snprintf(buf, n, "%s", o);
-  else snprintf(buf, n, "o=%s z=%s out=%s", o, z, out);
-}
-
-int cli_parse_op(const char *cmd, const char *s, int *ops) {
-  if (!strcmp(s, "bwd")) *ops = 1;
-  else if (!strcmp(s, "fwd")) *ops = 2;
-  else if (!strcmp(s, "both")) *ops = 3;
-  else return cli_error(cmd, "--op wants bwd, fwd or both; got '%s'", s), -1;
-  return 0;
-}
-
-int cli_parse_layouts(const char *cmd, const char *s, unsigned *mask) {
-  unsigned m = 0;
-  const char *p = s;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    int which = -1;
-    for (int i = 0; i < CLI_NLAYOUTS; i++)
-      if (strlen(cli_layout_names[i]) == n && !strncmp(cli_layout_names[i], p, n)) which = i;
-    if (n == 3 && !strncmp(p, "all", 3)) m |= (1u << CLI_NLAYOUTS) - 1u, which = -2;
-    if (which == -1) {
-      cli_error(cmd, "--layout: unknown layout '%.*s' (layouts: dense, zview, permuted, inplace, all)", (int)n, p);
+    if (code < 0) {
+      cli_error(c->cmd, "--dtype: unknown type '%s' (types: f32, f16, bf16)", type);
       return -1;
     }
-    if (which >= 0) m |= 1u << which;
-    p = end ? end + 1 : p + n;
+    for (int i = 0; i < CLI_NT; i++)
+      if (which < 0 || which == i) out->t[i] = cli_dtype(code);
   }
-  if (!m) {
-    cli_error(cmd, "--layout wants one or more of dense, zview, permuted, inplace (comma-separated)");
+  if (n == 0) {
+    cli_error(c->cmd, "--dtype wants a type (f32, f16, bf16) or tensor=type pairs such as "
+                      "dout=bf16,z=f32,o=bf16,dz=f32,dos=bf16; got '%s'", s);
     return -1;
   }
-  *mask = m;
   return 0;
 }
 
-void cli_shape_str(const int64_t shape[4], char *buf, size_t n) {
-  snprintf(buf, n, "(%lld, %lld, %lld, %lld)", (long long)shape[0], (long long)shape[1],
-           (long long)shape[2], (long long)shape[3]);
+void cli_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n) {
+  static const int bwd_t[] = {CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DOS}, fwd_t[] = {CLI_O, CLI_Z, CLI_DZ};
+  static const char *const fwd_names[] = {"o", "z", "out"};
+  const int *t = fwd ? fwd_t : bwd_t, nt = fwd ? 3 : 5;
+  int same = 1;
+  for (int i = 1; i < nt; i++) same &= d->t[t[i]].code == d->t[t[0]].code && d->t[t[i]].bits == d->t[t[0]].bits;
+  size_t len = (size_t)snprintf(buf, n, "%s", same ? cli_dtype_name(d->t[t[0]]) : "");
+  for (int i = 0; i < nt && !same && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", i ? " " : "", fwd ? fwd_names[i] : cli_tensor_names[i],
+                            cli_dtype_name(d->t[t[i]]));
+}
+
+static int parse_layouts(const cli_cfg *c, const char *s, unsigned *mask) {
+  char list[256];
+  *mask = 0;
+  if (snprintf(list, sizeof list, "%s", s) >= (int)sizeof list) list[0] = '\0';
+  for (char *item = strtok(list, ","); item; item = strtok(NULL, ",")) {
+    int which = -1;
+    for (int i = 0; i < CLI_NLAYOUTS; i++)
+      if (!strcmp(cli_layout_names[i], item)) which = i;
+    if (which < 0 && strcmp(item, "all")) {
+      cli_error(c->cmd, "--layout: unknown layout '%s' (layouts: dense, zview, permuted, inplace, all)", item);
+      return -1;
+    }
+    *mask |= which < 0 ? (1u << CLI_NLAYOUTS) - 1u : 1u << which;
+  }
+  if (!*mask) {
+    cli_error(c->cmd, "--layout wants one or more of dense, zview, permuted, inplace (comma-separated)");
+    return -1;
+  }
+  return 0;
+}
+
+static int parse_opt(cli_cfg *c, int which, const char *v) {
+  switch (which) {
+  case 's':
+    if (c->nshapes >= CLI_MAX_SHAPES) return cli_error(c->cmd, "at most %d --shape options", CLI_MAX_SHAPES), -1;
+    return parse_shape(c, v, c->shapes[c->nshapes++]);
+  case 'd':
+    if (c->ndtypes >= CLI_MAX_DTYPES) return cli_error(c->cmd, "at most %d --dtype options", CLI_MAX_DTYPES), -1;
+    return parse_dtypes(c, v, &c->dtypes[c->ndtypes++]);
+  case 'l': return parse_layouts(c, v, &c->layouts);
+  case 'i': /* the CPU paths only, the same names as --backend */
+    if (strstr(v, "cuda"))
+      return cli_error(c->cmd, "--isa takes CPU paths (scalar, avx2, avx512, neon); use --backend for CUDA"), -1;
+    c->backend_spec = v, c->backend_opt = "--isa";
+    return 0;
+  case 'b': c->backend_spec = v, c->backend_opt = "--backend"; return 0;
+  case 'o':
+    c->ops = !strcmp(v, "bwd") ? 1 : !strcmp(v, "fwd") ? 2 : !strcmp(v, "both") ? 3 : 0;
+    if (!c->ops) cli_error(c->cmd, "--op wants bwd, fwd or both; got '%s'", v);
+    return c->ops ? 0 : -1;
+  case 't': return parse_int(c, "--threads", v, 0, 4096, &c->threads);
+  case 'm': return parse_size(c, v, &c->max_memory);
+  case 'r': c->report = v; return 0;
+  case 'S': c->special = 0; return 0;
+  case 'n': return parse_int(c, "--repeats", v, 1, 100000, &c->repeats);
+  case 'w': return parse_int(c, "--warmup", v, 0, 100000, &c->warmup);
+  case 'q': return parse_int(c, "--settle", v, 0, 3600, &c->settle);
+  case 'j': c->json = v; return 0;
+  case 'p': c->png = v; return 0;
+  case 'P': c->plot = 0; return 0;
+  }
+  return -1;
+}
+
+int cli_parse(cli_cfg *c, int argc, char **argv, const struct option *opts) {
+  int which, at = optind = 1;
+  opterr = 0; /* the messages below say it in the command's words */
+  /* '+': options only, no reordering; ':': a missing value is told apart from an unknown option. */
+  while ((which = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+    const char *arg = argv[optind - 1];
+    const int named = optind > at && !strncmp(arg, "--", 2); /* else a letter of -xyz was read */
+    at = optind;
+    if (which == 'h') return -1;
+    if (which == ':') return cli_error(c->cmd, "option '%s' needs a value", arg), CLI_EXIT_USAGE;
+    if (which == '?' && named && optopt) /* a known --name given a value */
+      return cli_error(c->cmd, "option '%s' takes no value", arg), CLI_EXIT_USAGE;
+    if (which == '?' && !named)
+      return cli_error(c->cmd, "unknown option '-%c' (see 'zgate %s --help')", optopt, c->cmd), CLI_EXIT_USAGE;
+    if (which == '?')
+      return cli_error(c->cmd, "unknown option '%s' (see 'zgate %s --help')", arg, c->cmd), CLI_EXIT_USAGE;
+    if (parse_opt(c, which, optarg)) return CLI_EXIT_USAGE;
+  }
+  if (optind < argc) {
+    cli_error(c->cmd, "unexpected argument '%s' (options start with --; see 'zgate %s --help')", argv[optind], c->cmd);
+    return CLI_EXIT_USAGE;
+  }
+  return 0;
 }

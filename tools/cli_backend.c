@@ -2,16 +2,8 @@
  * calls the tool needs. The tool stays plain C: with ZGATE_CLI_CUDA it includes the CUDA
  * runtime's C header and links cudart; without it, the CUDA calls are stubs reporting no
  * device. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, access under -std=c11 */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #ifdef ZGATE_CLI_CUDA
 #include <cuda_runtime_api.h>
@@ -30,318 +22,192 @@ static int isa_built(const char *isa) {
   return 0;
 }
 
-static int add_cpu(cli_backend *out, int *count, const char *isa) {
+/* Adds a CPU path (isa) or a CUDA device (isa NULL), once. */
+static void add(cli_backend *out, int *count, const char *isa, int device) {
   for (int i = 0; i < *count; i++)
-    if (!out[i].is_cuda && !strcmp(out[i].isa, isa)) return 0;
-  if (*count >= CLI_MAX_BACKENDS) return 0;
+    if (isa ? out[i].isa && !strcmp(out[i].isa, isa) : out[i].is_cuda && out[i].device == device) return;
+  if (*count >= CLI_MAX_BACKENDS) return;
   cli_backend *b = &out[(*count)++];
   memset(b, 0, sizeof *b);
-  b->isa = isa;
-  snprintf(b->label, sizeof b->label, "cpu:%s", isa);
-  return 0;
+  b->is_cuda = !isa, b->isa = isa, b->device = device;
+  if (isa) snprintf(b->label, sizeof b->label, "cpu:%s", isa);
+  else snprintf(b->label, sizeof b->label, "cuda:%d", device);
 }
 
-static int add_cuda(cli_backend *out, int *count, int device) {
-  for (int i = 0; i < *count; i++)
-    if (out[i].is_cuda && out[i].device == device) return 0;
-  if (*count >= CLI_MAX_BACKENDS) return 0;
-  cli_backend *b = &out[(*count)++];
-  memset(b, 0, sizeof *b);
-  b->is_cuda = 1;
-  b->device = device;
-  snprintf(b->label, sizeof b->label, "cuda:%d", device);
-  return 0;
+/* "cpu:avx512 (built, but ...)" appended to the list of what is not run here. */
+static void note(char *skipped, size_t n, const char *what, const char *isa, const char *why) {
+  size_t len = strlen(skipped);
+  if (len < n) snprintf(skipped + len, n - len, "%s%s%s (built, but %s)", len ? "; " : "", what, isa, why);
 }
 
-/* 'best' is the library's default CPU path, which ZGATE_CPU_ISA can leave empty: say so. */
-static int no_default_path(const char *cmd) {
-  const char *env = getenv("ZGATE_CPU_ISA");
-  int known = 0;
-  char runnable[64] = "";
-  for (int i = 0; i < 4; i++) {
-    known |= env && !strcmp(env, cli_cpu_isas[i]);
-    if (zgate_cpu_isa_available(cli_cpu_isas[i])) {
-      size_t len = strlen(runnable);
-      snprintf(runnable + len, sizeof runnable - len, " %s", cli_cpu_isas[i]);
-    }
-  }
-  cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); "
-                 "unset ZGATE_CPU_ISA or set it to a path this machine runs:%s",
-            env ? env : "", known ? "is a path this machine cannot run" : "names no CPU path (scalar, avx2, avx512, neon, auto)",
-            runnable);
+static int bad_list(const char *cmd, const char *opt, const char *spec) {
+  cli_error(cmd, "%s wants a comma-separated list of: %s; got '%s'", opt,
+            strcmp(opt, "--isa") ? "all, cpu, best, scalar, avx2, avx512, neon, cuda, cuda:N"
+                                 : "cpu, best, scalar, avx2, avx512, neon",
+            spec);
   return -1;
 }
 
 int cli_backends(const char *cmd, const char *opt, const char *spec, cli_backend *out, char *skipped,
                  size_t nskipped) {
-  int count = 0;
-  if (skipped && nskipped) skipped[0] = '\0';
-  int ndev = cli_cuda_device_count();
-  if (!spec || !strcmp(spec, "all")) {
+  char list[256], scratch[64];
+  int count = 0, ndev = cli_cuda_device_count();
+  if (!skipped) skipped = scratch, nskipped = sizeof scratch;
+  skipped[0] = '\0';
+  if (snprintf(list, sizeof list, "%s", spec) >= (int)sizeof list) list[0] = '\0';
+  /* A list of: all, cpu (every CPU path), best, a CPU path, cuda (every device), cuda:N. */
+  for (char *item = strtok(list, ","); item; item = strtok(NULL, ",")) {
+    const int all = !strcmp(item, "all"), cpu = all || !strcmp(item, "cpu"), best = !strcmp(item, "best");
+    const char *isa = best ? zgate_cpu_isa_chosen() : item;
+    int known = -1;
     for (int i = 0; i < 4; i++) {
-      if (zgate_cpu_isa_available(cli_cpu_isas[i])) {
-        add_cpu(out, &count, cli_cpu_isas[i]);
-      } else if (isa_built(cli_cpu_isas[i]) && skipped) {
-        size_t len = strlen(skipped);
-        snprintf(skipped + len, nskipped - len, "%scpu:%s (built, but this CPU or OS cannot run it)",
-                 len ? "; " : "", cli_cpu_isas[i]);
-      }
+      if (cpu && zgate_cpu_isa_available(cli_cpu_isas[i])) add(out, &count, cli_cpu_isas[i], 0);
+      else if (cpu && isa_built(cli_cpu_isas[i]))
+        note(skipped, nskipped, "cpu:", cli_cpu_isas[i], "this CPU or OS cannot run it");
+      if (!strcmp(isa, cli_cpu_isas[i])) known = i;
     }
-    if (zgate_cuda_built()) {
-      for (int d = 0; d < ndev; d++) add_cuda(out, &count, d);
-      if (ndev == 0 && skipped) {
-        size_t len = strlen(skipped);
-        snprintf(skipped + len, nskipped - len, "%scuda (built, but no CUDA device found)", len ? "; " : "");
-      }
-    }
-    return count;
-  }
-  /* A list of: cpu (every CPU path), cpu:ISA, an ISA name, cuda (every device), cuda:N. */
-  const char *p = spec;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    char item[64];
-    if (n == 0 || n >= sizeof item) goto bad;
-    memcpy(item, p, n);
-    item[n] = '\0';
-    const char *isa = !strncmp(item, "cpu:", 4) ? item + 4 : item;
-    int done = 0;
-    if (!strcmp(item, "cpu")) {
-      for (int i = 0; i < 4; i++)
-        if (zgate_cpu_isa_available(cli_cpu_isas[i])) add_cpu(out, &count, cli_cpu_isas[i]);
-      done = 1;
-    } else if (!strcmp(isa, "best") || !strcmp(isa, "default")) {
-      const char *chosen = zgate_cpu_isa_chosen();
-      for (int i = 0; i < 4; i++)
-        if (!strcmp(chosen, cli_cpu_isas[i])) add_cpu(out, &count, cli_cpu_isas[i]), done = 1;
-      if (!done) return no_default_path(cmd);
+    if (all && zgate_cuda_built() && ndev == 0) note(skipped, nskipped, "cuda", "", "no CUDA device found");
+    for (int i = 0; i < ndev && (all || !strcmp(item, "cuda")); i++) add(out, &count, NULL, i);
+    char *end = NULL;
+    long d = !strncmp(item, "cuda:", 5) ? strtol(item + 5, &end, 10) : -1;
+    if (cpu || (!strcmp(item, "cuda") && ndev > 0)) continue;
+    if (best && known < 0) { /* the library's default path, which ZGATE_CPU_ISA can leave empty */
+      const char *env = getenv("ZGATE_CPU_ISA");
+      cli_error(cmd, "the environment's ZGATE_CPU_ISA=%s %s, so there is no default CPU path ('best'); unset it "
+                     "or set it to a path this machine runs ('zgate info' lists them)", env ? env : "",
+                env && isa_built(env) ? "is a path this machine cannot run" : "names no CPU path");
+      return -1;
+    } else if (known >= 0 && !zgate_cpu_isa_available(isa)) {
+      cli_error(cmd, "the CPU path '%s' is %s", isa,
+                isa_built(isa) ? "built but this CPU (or OS) cannot run it" : "not built into this zgate");
+      return -1;
+    } else if (known >= 0) {
+      add(out, &count, cli_cpu_isas[known], 0);
+    } else if (!strncmp(item, "cuda", 4) && !zgate_cuda_built()) {
+      cli_error(cmd, "this zgate was built without CUDA, so '%s' cannot run", item);
+      return -1;
+    } else if (!strcmp(item, "cuda")) {
+      cli_error(cmd, "no CUDA device found (%s)", cli_cuda_last_error());
+      return -1;
+    } else if (d < 0 || *end || end == item + 5) {
+      return bad_list(cmd, opt, spec);
+    } else if (d >= ndev) {
+      cli_error(cmd, "CUDA device %ld does not exist (this machine has %d)", d, ndev);
+      return -1;
     } else {
-      for (int i = 0; i < 4; i++) {
-        if (strcmp(isa, cli_cpu_isas[i])) continue;
-        if (!zgate_cpu_isa_available(isa)) {
-          cli_error(cmd, "the CPU path '%s' is %s", isa,
-                    isa_built(isa) ? "built but this CPU (or OS) cannot run it" : "not built into this zgate");
-          return -1;
-        }
-        add_cpu(out, &count, cli_cpu_isas[i]);
-        done = 1;
-      }
+      add(out, &count, NULL, (int)d);
     }
-    if (!done && !strncmp(item, "cuda", 4)) {
-      if (!zgate_cuda_built()) {
-        cli_error(cmd, "this zgate was built without CUDA, so '%s' cannot run", item);
-        return -1;
-      }
-      if (item[4] == '\0') {
-        if (ndev == 0) {
-          cli_error(cmd, "no CUDA device found (%s)", cli_cuda_last_error());
-          return -1;
-        }
-        for (int d = 0; d < ndev; d++) add_cuda(out, &count, d);
-        done = 1;
-      } else if (item[4] == ':') {
-        char *e = NULL;
-        long d = strtol(item + 5, &e, 10);
-        if (e == item + 5 || *e || d < 0) goto bad;
-        if (d >= ndev) {
-          cli_error(cmd, "CUDA device %ld does not exist (this machine has %d)", d, ndev);
-          return -1;
-        }
-        add_cuda(out, &count, (int)d);
-        done = 1;
-      }
-    }
-    if (!done) goto bad;
-    p = end ? end + 1 : p + n;
   }
-  if (count == 0) goto bad;
-  return count;
-bad:
-  cli_error(cmd, "%s wants a comma-separated list of: %s; got '%s'", opt,
-            strcmp(opt, "--isa") ? "all, cpu, best, scalar, avx2, avx512, neon (or cpu:NAME), cuda, cuda:N"
-                                 : "cpu, best, scalar, avx2, avx512, neon (or cpu:NAME)",
-            spec);
-  return -1;
+  return count > 0 ? count : bad_list(cmd, opt, spec);
 }
 
 /* ---- CUDA ------------------------------------------------------------------------------ */
 
 #ifdef ZGATE_CLI_CUDA
 
-static _Thread_local char cuda_msg[256] = "";
+static char cuda_msg[256] = "";
 
+/* 0 on success, else -1 with the runtime's message kept for cli_cuda_last_error(). */
 static int cuda_ok(cudaError_t e, const char *what) {
   if (e == cudaSuccess) return 0;
   snprintf(cuda_msg, sizeof cuda_msg, "%s: %s", what, cudaGetErrorString(e));
-  cudaGetLastError(); /* clear sticky-free errors so the next call starts clean */
+  cudaGetLastError(); /* clear errors that are not sticky, so the next call starts clean */
   return -1;
 }
+#define CUDA_TRY(call) cuda_ok(call, #call)
 
 const char *cli_cuda_last_error(void) { return cuda_msg[0] ? cuda_msg : "no error"; }
 
-/* The driver's version, 0 when no CUDA driver is installed. */
-static int driver_version(void) {
-  int drv = 0;
-  return cudaDriverGetVersion(&drv) == cudaSuccess ? drv : 0;
-}
-
 int cli_cuda_device_count(void) {
-  int n = 0;
-  if (!driver_version()) {
+  int n = 0, drv = 0;
+  if (cudaDriverGetVersion(&drv) != cudaSuccess || !drv) {
     snprintf(cuda_msg, sizeof cuda_msg, "no CUDA driver is installed on this machine");
     return 0;
   }
-  if (cuda_ok(cudaGetDeviceCount(&n), "cudaGetDeviceCount")) return 0;
-  return n;
+  return CUDA_TRY(cudaGetDeviceCount(&n)) ? 0 : n;
 }
 
 void cli_cuda_describe(int device, char *buf, size_t n) {
   struct cudaDeviceProp p;
-  if (cuda_ok(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties")) {
+  int drv = 0, rt = 0;
+  if (device < 0) {
+    cudaRuntimeGetVersion(&rt);
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    int len = drv ? snprintf(buf, n, "driver %d.%d, ", drv / 1000, drv % 1000 / 10) : 0;
+    snprintf(buf + len, n - (size_t)len, "runtime %d.%d", rt / 1000, rt % 1000 / 10);
+  } else if (CUDA_TRY(cudaGetDeviceProperties(&p, device))) {
     snprintf(buf, n, "cuda:%d (%s)", device, cuda_msg);
-    return;
+  } else {
+    snprintf(buf, n, "cuda:%d %s, compute capability %d.%d, %d SMs, %.1f GiB", device, p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
   }
-  snprintf(buf, n, "cuda:%d %s, compute capability %d.%d, %d SMs, %.1f GiB", device, p.name, p.major,
-           p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
-void cli_cuda_versions(char *buf, size_t n) {
-  int drv = driver_version(), rt = 0;
-  cudaRuntimeGetVersion(&rt);
-  if (drv)
-    snprintf(buf, n, "driver %d.%d, runtime %d.%d", drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
-  else
-    snprintf(buf, n, "runtime %d.%d", rt / 1000, (rt % 1000) / 10);
-}
-
-void *cli_cuda_malloc(int device, size_t bytes) {
-  void *p = NULL;
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return NULL;
-  if (cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc")) return NULL;
-  return p;
-}
-
-void cli_cuda_free(int device, void *p) {
-  if (!p) return;
-  cudaSetDevice(device);
-  cudaFree(p);
-}
-
-int cli_cuda_upload(int device, void *dst, const void *src, size_t bytes) {
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return -1;
-  return cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
-}
-
-int cli_cuda_download(int device, void *dst, const void *src, size_t bytes) {
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return -1;
-  return cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-}
-
-int cli_cuda_sync(int device) {
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return -1;
-  return cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-}
-
-int cli_cuda_flush(int device, void *scratch, size_t bytes) {
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return -1;
-  return cuda_ok(cudaMemsetAsync(scratch, 0, bytes, 0), "cudaMemsetAsync");
-}
-
-struct cli_cuda_timer {
-  int device;
-  cudaEvent_t start, stop;
-};
-
-cli_cuda_timer *cli_cuda_timer_new(int device) {
-  cli_cuda_timer *t = calloc(1, sizeof *t);
-  if (!t) return NULL;
-  t->device = device;
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice") ||
-      cuda_ok(cudaEventCreate(&t->start), "cudaEventCreate") ||
-      cuda_ok(cudaEventCreate(&t->stop), "cudaEventCreate")) {
-    free(t);
-    return NULL;
+int cli_bufs_to_device(cli_buf *b, int n, int device) {
+  for (int i = 0; i < n; i++) {
+    size_t bytes = (size_t)b[i].nslots * (size_t)b[i].esize;
+    if (!b[i].host) continue;
+    if (CUDA_TRY(cudaSetDevice(device)) || (!b[i].dev && CUDA_TRY(cudaMalloc(&b[i].dev, bytes ? bytes : 1))) ||
+        CUDA_TRY(cudaMemcpy(b[i].dev, b[i].host, bytes, cudaMemcpyHostToDevice)))
+      return -1;
+    b[i].device = device, b[i].on_device = 1;
   }
-  return t;
-}
-
-void cli_cuda_timer_free(cli_cuda_timer *t) {
-  if (!t) return;
-  cudaSetDevice(t->device);
-  cudaEventDestroy(t->start);
-  cudaEventDestroy(t->stop);
-  free(t);
-}
-
-int cli_cuda_timer_start(cli_cuda_timer *t) {
-  return cuda_ok(cudaEventRecord(t->start, 0), "cudaEventRecord");
-}
-
-int cli_cuda_timer_stop(cli_cuda_timer *t, double *ms) {
-  float f = 0.0f;
-  if (cuda_ok(cudaEventRecord(t->stop, 0), "cudaEventRecord") ||
-      cuda_ok(cudaEventSynchronize(t->stop), "cudaEventSynchronize") ||
-      cuda_ok(cudaEventElapsedTime(&f, t->start, t->stop), "cudaEventElapsedTime"))
-    return -1;
-  *ms = f;
   return 0;
 }
 
-int cli_cuda_copy(int device, void *dst, const void *src, size_t bytes) {
-  if (cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return -1;
-  return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0), "cudaMemcpyAsync");
+int cli_bufs_to_host(cli_buf *b, int n) {
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (!b[i].on_device) continue;
+    b[i].on_device = 0;
+    if (CUDA_TRY(cudaSetDevice(b[i].device)) ||
+        CUDA_TRY(cudaMemcpy(b[i].host, b[i].dev, (size_t)b[i].nslots * (size_t)b[i].esize, cudaMemcpyDeviceToHost)))
+      rc = -1;
+  }
+  return rc;
 }
 
-#else /* built without CUDA */
+void cli_cuda_free(int device, void *p) {
+  if (p && cudaSetDevice(device) == cudaSuccess) cudaFree(p);
+}
+
+int cli_cuda_sync(int device) { return CUDA_TRY(cudaSetDevice(device)) || CUDA_TRY(cudaDeviceSynchronize()) ? -1 : 0; }
+
+int cli_cuda_time(int device, int (*fn)(void *), void *ctx, size_t copy_bytes, int reps, double *secs) {
+  const size_t flush_bytes = (size_t)256 << 20; /* several times any L2 */
+  void *flush = NULL, *src = NULL, *dst = NULL;
+  cudaEvent_t start = NULL, stop = NULL;
+  int rc = CUDA_TRY(cudaSetDevice(device)) || CUDA_TRY(cudaMalloc(&flush, flush_bytes)) ||
+           CUDA_TRY(cudaEventCreate(&start)) || CUDA_TRY(cudaEventCreate(&stop)) ||
+           (!fn && (CUDA_TRY(cudaMalloc(&src, copy_bytes ? copy_bytes : 1)) ||
+                    CUDA_TRY(cudaMalloc(&dst, copy_bytes ? copy_bytes : 1))));
+  for (int r = -1; r < reps && !rc; r++) { /* r = -1: the untimed run */
+    float ms = 0.0f;
+    rc = CUDA_TRY(cudaMemsetAsync(flush, 0, flush_bytes, 0)) || CUDA_TRY(cudaEventRecord(start, 0)) ||
+         (fn ? fn(ctx) != 0 : CUDA_TRY(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, 0))) ||
+         CUDA_TRY(cudaEventRecord(stop, 0)) || CUDA_TRY(cudaEventSynchronize(stop)) ||
+         CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= 0) secs[r] = 1e-3 * ms;
+  }
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  cudaFree(flush);
+  cudaFree(src);
+  cudaFree(dst);
+  return rc ? -1 : 0;
+}
+
+#else /* built without CUDA: no device, and nothing ever runs on one */
 
 const char *cli_cuda_last_error(void) { return "this zgate tool was built without CUDA"; }
 int cli_cuda_device_count(void) { return 0; }
 void cli_cuda_describe(int device, char *buf, size_t n) { snprintf(buf, n, "cuda:%d (no CUDA in this build)", device); }
-void cli_cuda_versions(char *buf, size_t n) { snprintf(buf, n, "not built with CUDA"); }
-void *cli_cuda_malloc(int device, size_t bytes) { (void)device, (void)bytes; return NULL; }
+int cli_bufs_to_device(cli_buf *b, int n, int device) { return (void)b, (void)n, (void)device, -1; }
+int cli_bufs_to_host(cli_buf *b, int n) { return (void)b, (void)n, -1; }
 void cli_cuda_free(int device, void *p) { (void)device, (void)p; }
-int cli_cuda_upload(int device, void *dst, const void *src, size_t bytes) { (void)device, (void)dst, (void)src, (void)bytes; return -1; }
-int cli_cuda_download(int device, void *dst, const void *src, size_t bytes) { (void)device, (void)dst, (void)src, (void)bytes; return -1; }
-int cli_cuda_sync(int device) { (void)device; return -1; }
-int cli_cuda_flush(int device, void *scratch, size_t bytes) { (void)device, (void)scratch, (void)bytes; return -1; }
-struct cli_cuda_timer { int unused; };
-cli_cuda_timer *cli_cuda_timer_new(int device) { (void)device; return NULL; }
-void cli_cuda_timer_free(cli_cuda_timer *t) { (void)t; }
-int cli_cuda_timer_start(cli_cuda_timer *t) { (void)t; return -1; }
-int cli_cuda_timer_stop(cli_cuda_timer *t, double *ms) { (void)t, (void)ms; return -1; }
-int cli_cuda_copy(int device, void *dst, const void *src, size_t bytes) { (void)device, (void)dst, (void)src, (void)bytes; return -1; }
+int cli_cuda_sync(int device) { return (void)device, -1; }
+int cli_cuda_time(int device, int (*fn)(void *), void *ctx, size_t copy_bytes, int reps, double *secs) {
+  return (void)device, (void)fn, (void)ctx, (void)copy_bytes, (void)reps, (void)secs, -1;
+}
 
 #endif
-
-/* ---- misc ------------------------------------------------------------------------------ */
-
-double cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int cli_stderr_is_tty(void) { return isatty(2); }
-
-int cli_max_threads(void) {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
-uint64_t cli_rng_next(cli_rng *r) {
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-double cli_rng_uniform(cli_rng *r) { return (double)(cli_rng_next(r) >> 11) * 0x1p-53; }
-
-double cli_rng_normal(cli_rng *r) {
-  double u = cli_rng_uniform(r), v = cli_rng_uniform(r);
-  return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
-}

@@ -1,43 +1,18 @@
 /* What the machine allows a run of the zgate command, asked before any work: the host memory
  * available now, whether an output path can be written, the load average. Linux facts come
  * from /proc; where it is missing the limits given on the command line are all there is. */
-#define _POSIX_C_SOURCE 200809L /* strdup, access under -std=c11 */
-#include <ctype.h>
+#define _POSIX_C_SOURCE 200809L /* access, clock_gettime under -std=c11 */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "cli.h"
-
-int cli_parse_size(const char *cmd, const char *opt, const char *s, double *bytes) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  double unit = 1.0;
-  const char *units = "KMGT";
-  const char *u = end && *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-  if (u) {
-    for (const char *p = units; p <= u; p++) unit *= 1024.0;
-    end++;
-    if (*end == 'i' && end[1] == 'B') end += 2;
-    else if (*end == 'B') end++;
-  }
-  if (end == s || errno || *end || !(v > 0) || v * unit > 1e18) {
-    cli_error(cmd, "%s wants a size such as 8G, 512M or 1.5T (K, M, G, T: powers of 1024); got '%s'", opt, s);
-    return -1;
-  }
-  *bytes = v * unit;
-  return 0;
-}
-
-void cli_bytes_str(double bytes, char *buf, size_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int i = 0;
-  while (bytes >= 1024.0 && i < 5) bytes /= 1024.0, i++;
-  snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", bytes, units[i]);
-}
 
 /* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
 static double mem_available(void) {
@@ -52,43 +27,32 @@ static double mem_available(void) {
 }
 
 int cli_memory_fits(double need, double max_bytes, char *why, size_t n) {
-  double avail = mem_available();
-  int over_max = max_bytes > 0 && need > max_bytes, over_avail = avail >= 0 && need > avail;
-  if (!over_max && !over_avail) return 0;
-  char s_need[32], s_max[32], s_avail[32];
-  cli_bytes_str(need, s_need, sizeof s_need);
-  cli_bytes_str(max_bytes, s_max, sizeof s_max);
-  cli_bytes_str(avail, s_avail, sizeof s_avail);
-  if (over_max)
-    snprintf(why, n, "needs %s of memory, more than --max-memory %s allows", s_need, s_max);
+  const double gib = 1024.0 * 1024.0 * 1024.0, avail = mem_available();
+  if (max_bytes > 0 && need > max_bytes)
+    snprintf(why, n, "needs %.1f GiB of memory, more than --max-memory %.1f GiB allows", need / gib, max_bytes / gib);
+  else if (avail >= 0 && need > avail)
+    snprintf(why, n, "needs %.1f GiB of memory, more than the %.1f GiB available now (MemAvailable)", need / gib,
+             avail / gib);
   else
-    snprintf(why, n, "needs %s of memory, more than the %s available now (MemAvailable)", s_need, s_avail);
+    return 0;
   return -1;
 }
 
 int cli_check_output(const char *cmd, const char *opt, const char *path) {
-  struct stat st;
-  const char *where = path;
-  char *dir = NULL;
-  size_t len = strlen(path);
-  if (len == 0 || path[len - 1] == '/') {
-    errno = len ? EISDIR : ENOENT;
-  } else if (stat(path, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) errno = EISDIR;
-    else if (access(path, W_OK) == 0) return 0;
-  } else if (errno == ENOENT && (dir = strdup(path)) != NULL) {
-    /* A new file: its directory must exist and let us create it. */
-    char *slash = strrchr(dir, '/');
-    where = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
-    if (stat(where, &st) == 0) {
-      if (!S_ISDIR(st.st_mode)) errno = ENOTDIR;
-      else if (access(where, W_OK | X_OK) == 0) return free(dir), 0;
-    }
+  /* Opened for appending, an existing file is left as it was; a new one is removed again. */
+  const int existed = access(path, F_OK) == 0;
+  FILE *f = fopen(path, "a");
+  if (f) {
+    fclose(f);
+    if (!existed) remove(path);
+    return 0;
   }
-  int e = errno;
-  cli_error(cmd, "%s %s: cannot write there: %s%s%s", opt, path, where == path ? "" : where,
-            where == path ? "" : ": ", strerror(e));
-  free(dir);
+  const int e = errno;
+  const char *slash = strrchr(path, '/');
+  if (e == ENOENT && slash) /* name the missing directory, not the file that cannot be made in it */
+    cli_error(cmd, "%s %s: cannot write there: %.*s: %s", opt, path, (int)(slash - path), path, strerror(e));
+  else
+    cli_error(cmd, "%s %s: cannot write there: %s", opt, path, strerror(e));
   return -1;
 }
 
@@ -99,4 +63,23 @@ int cli_loadavg(double load[3], int *cpus) {
   int n = fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]);
   fclose(f);
   return n == 3 ? 0 : -1;
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_shape_str(const int64_t shape[4], char *buf, size_t n) {
+  snprintf(buf, n, "(%lld, %lld, %lld, %lld)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+           (long long)shape[3]);
+}
+
+int cli_max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
 }

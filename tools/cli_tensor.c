@@ -1,6 +1,7 @@
 /* Test and benchmark tensors: one host allocation per tensor with guard regions on both
  * sides of the view, the strides of each layout, element access through the view, a
- * snapshot to find writes outside the view, and the device copy for CUDA runs. */
+ * snapshot to find writes outside the view, one call of the operator on them, random numbers. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,73 +14,42 @@ enum { GUARD_FRONT = 16, GUARD_BACK = 64 };
 
 int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
-static void compact(const int64_t sh[4], int64_t st[4]) {
-  st[3] = 1;
-  st[2] = sh[3];
-  st[1] = sh[2] * sh[3];
-  st[0] = sh[1] * sh[2] * sh[3];
-}
+/* The memory order of each tensor in the permuted layout, outermost dimension first, and
+ * the padding of the innermost one: dout (B, H, L, D+3), padded rows; z (B, L, D, H), headdim
+ * strided; o (L, B, H, D); dz (H, D, B, L), every dimension strided; dos (B, H, L, D+1). */
+static const int permuted[CLI_NT][5] = {{0, 2, 1, 3, 3}, {0, 1, 3, 2, 0}, {1, 0, 2, 3, 0}, {2, 3, 0, 1, 0},
+                                        {0, 2, 1, 3, 1}};
 
-/* The strides of tensor `which` in `layout`, and the elements skipped before its first one. */
-static void layout_strides(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *skip) {
-  const int64_t B = sh[0], L = sh[1], H = sh[2], D = sh[3];
-  *skip = 0;
-  compact(sh, st);
+/* The strides of tensor `which` in `layout`, its first element (after the front guard), and
+ * the elements of the whole allocation. */
+static int64_t layout_slots(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *offset) {
+  static const int dense[5] = {0, 1, 2, 3, 0};
+  const int *order = layout == CLI_PERMUTED ? permuted[which] : dense;
+  int64_t s = 1, span = 1;
+  for (int k = 3; k >= 0; k--) st[order[k]] = s, s *= sh[order[k]] + (k == 3 ? order[4] : 0);
+  *offset = GUARD_FRONT;
   if (layout == CLI_ZVIEW && which == CLI_Z) {
     /* z is the second of two H*D-wide streams in a projection row, padded by 32 elements,
      * like Mamba-3's input projection (d_in_proj ~ 2.1 x nheads*headdim). */
-    const int64_t P = 2 * H * D + 32;
-    st[0] = L * P, st[1] = P, st[2] = D, st[3] = 1;
-    *skip = H * D;
-  } else if (layout == CLI_PERMUTED) {
-    switch (which) {
-    case CLI_DOUT: /* memory order (B, H, L, D+3): padded rows */
-      st[3] = 1, st[1] = D + 3, st[2] = L * (D + 3), st[0] = H * L * (D + 3);
-      break;
-    case CLI_Z: /* memory order (B, L, D, H): headdim strided */
-      st[2] = 1, st[3] = H, st[1] = D * H, st[0] = L * D * H;
-      break;
-    case CLI_O: /* memory order (L, B, H, D) */
-      st[3] = 1, st[2] = D, st[0] = H * D, st[1] = B * H * D;
-      break;
-    case CLI_DZ: /* memory order (H, D, B, L): every dimension strided */
-      st[1] = 1, st[0] = L, st[3] = B * L, st[2] = D * B * L;
-      break;
-    default: /* dos: memory order (B, H, L, D+1) */
-      st[3] = 1, st[1] = D + 1, st[2] = L * (D + 1), st[0] = H * L * (D + 1);
-      break;
-    }
+    st[1] = 2 * sh[2] * sh[3] + 32, st[0] = sh[1] * st[1];
+    *offset += sh[2] * sh[3];
   }
-}
-
-static int64_t span(const int64_t sh[4], const int64_t st[4]) {
-  if (cli_numel(sh) == 0) return 0;
-  int64_t s = 1;
-  for (int i = 0; i < 4; i++) s += (sh[i] - 1) * st[i];
-  return s;
-}
-
-/* The view's strides and first element, and the elements of the whole allocation. */
-static int64_t layout_slots(int which, cli_layout layout, const int64_t shape[4], int64_t strides[4], int64_t *offset) {
-  int64_t skip;
-  layout_strides(which, layout, shape, strides, &skip);
-  *offset = GUARD_FRONT + skip;
-  return *offset + span(shape, strides) + GUARD_BACK;
+  for (int i = 0; i < 4; i++) span += (sh[i] - 1) * st[i];
+  return *offset + (cli_numel(sh) ? span : 0) + GUARD_BACK;
 }
 
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
   int64_t strides[4], offset;
-  return (double)layout_slots(which, layout, shape, strides, &offset) * (double)cli_dtype_size(dtype);
+  return (double)layout_slots(which, layout, shape, strides, &offset) * (double)(dtype.bits / 8);
 }
 
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
   memset(b, 0, sizeof *b);
   b->dtype = dtype;
-  b->esize = cli_dtype_size(dtype);
+  b->esize = dtype.bits / 8;
   memcpy(b->shape, shape, sizeof b->shape);
   b->nslots = layout_slots(which, layout, shape, b->strides, &b->offset);
-  double bytes = (double)b->nslots * (double)b->esize;
-  if (bytes > 1.0e15) return -1;
+  if ((double)b->nslots * (double)b->esize > 1.0e15) return -1;
   b->host = malloc((size_t)b->nslots * (size_t)b->esize);
   if (!b->host) return -1;
   cli_buf_poison(b);
@@ -94,8 +64,7 @@ void cli_buf_free(cli_buf *b) {
 }
 
 DLTensor cli_buf_tensor(const cli_buf *b) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
+  DLTensor t = {0};
   t.data = b->on_device ? b->dev : (void *)b->host;
   t.device.device_type = b->on_device ? kDLCUDA : kDLCPU;
   t.device.device_id = b->on_device ? b->device : 0;
@@ -147,19 +116,22 @@ int64_t cli_buf_outside_writes(const cli_buf *b) {
   return changed;
 }
 
-int cli_buf_to_device(cli_buf *b, int device) {
-  size_t bytes = (size_t)b->nslots * (size_t)b->esize;
-  if (!b->dev) {
-    b->dev = cli_cuda_malloc(device, bytes);
-    if (!b->dev) return -1;
-    b->device = device;
-  }
-  if (cli_cuda_upload(device, b->dev, b->host, bytes)) return -1;
-  b->on_device = 1;
-  return 0;
+int cli_call(int fwd, cli_buf *b, cli_buf *dos, const zgate_options *opts) {
+  DLTensor dout = cli_buf_tensor(&b[CLI_DOUT]), z = cli_buf_tensor(&b[CLI_Z]), o = cli_buf_tensor(&b[CLI_O]);
+  DLTensor dz = cli_buf_tensor(&b[CLI_DZ]), ds = cli_buf_tensor(dos);
+  return fwd ? zgate_fwd(&o, &z, &dz, opts) : zgate_bwd(&dout, &z, &o, &dz, &ds, opts);
 }
 
-int cli_buf_from_device(cli_buf *b) {
-  if (!b->on_device) return 0;
-  return cli_cuda_download(b->device, b->host, b->dev, (size_t)b->nslots * (size_t)b->esize);
+static uint64_t rng_next(cli_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double cli_rng_uniform(cli_rng *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
+
+double cli_rng_normal(cli_rng *r) {
+  double u = cli_rng_uniform(r), v = cli_rng_uniform(r);
+  return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
 }

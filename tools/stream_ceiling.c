@@ -24,20 +24,11 @@
 #define ZB_NEON 1
 #endif
 
-typedef void (*zb_span_fn)(const char *a, const char *b, const char *c, char *d, char *e, size_t lines);
-
-typedef struct zb_variant {
-  const char *name;
-  int width, nt, prefetch;
-  zb_span_fn span; /* whole 64-byte lines, d (and e) at a line boundary for nt */
-  int (*available)(void);
-} zb_variant;
-
 /* ---- the loops -------------------------------------------------------------------------- */
 
-/* One loop body per (ISA, stores, prefetch): ZB_LOOP(ATTR, NAME, NT, PF, ...) defines
- * NAME(a, b, c, d, e, lines). LOAD/XOR/ST/NTST act on one W-byte vector. */
-#define ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, ST, NTST, NT, PF)                                        \
+/* One loop body per (ISA, stores, prefetch): ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, STORE, PF)
+ * defines NAME(a, b, c, d, e, lines). LOAD/XOR/STORE act on one W-byte vector. */
+#define ZB_LOOP(ATTR, NAME, W, T, LOAD, XOR, STORE, PF)                                               \
   static ATTR void NAME(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) { \
     for (size_t l = 0; l < lines; l++, a += 64, b += 64, d += 64) {                                   \
       if (PF) {                                                                                       \
@@ -46,24 +37,20 @@ typedef struct zb_variant {
         if (c) ZB_PREFETCH(c + ZB_PREFETCH_BYTES);                                                    \
       }                                                                                               \
       for (int k = 0; k < 64; k += W) {                                                               \
-        T x = LOAD(a + k), y = LOAD(b + k);                                                           \
-        if (NT) NTST(d + k, XOR(x, y));                                                               \
-        else ST(d + k, XOR(x, y));                                                                    \
-        if (c) {                                                                                      \
-          T z = LOAD(c + k);                                                                          \
-          if (NT) NTST(e + k, XOR(y, z));                                                             \
-          else ST(e + k, XOR(y, z));                                                                  \
-        }                                                                                             \
+        T y = LOAD(b + k);                                                                            \
+        STORE(d + k, XOR(LOAD(a + k), y));                                                            \
+        if (c) STORE(e + k, XOR(y, LOAD(c + k)));                                                     \
       }                                                                                               \
       if (c) c += 64, e += 64;                                                                        \
     }                                                                                                 \
   }
 
-#define ZB_FOUR(ATTR, STEM, W, T, LOAD, XOR, ST, NTST)                  \
-  ZB_LOOP(ATTR, STEM##_nt, W, T, LOAD, XOR, ST, NTST, 1, 0)            \
-  ZB_LOOP(ATTR, STEM##_nt_pf, W, T, LOAD, XOR, ST, NTST, 1, 1)         \
-  ZB_LOOP(ATTR, STEM##_plain, W, T, LOAD, XOR, ST, NTST, 0, 0)         \
-  ZB_LOOP(ATTR, STEM##_plain_pf, W, T, LOAD, XOR, ST, NTST, 0, 1)
+/* Non-temporal (NTST) and plain (ST) stores, each with and without prefetch. */
+#define ZB_FOUR(ATTR, STEM, W, T, LOAD, XOR, ST, NTST)        \
+  ZB_LOOP(ATTR, STEM##_nt, W, T, LOAD, XOR, NTST, 0)         \
+  ZB_LOOP(ATTR, STEM##_nt_pf, W, T, LOAD, XOR, NTST, 1)      \
+  ZB_LOOP(ATTR, STEM##_plain, W, T, LOAD, XOR, ST, 0)        \
+  ZB_LOOP(ATTR, STEM##_plain_pf, W, T, LOAD, XOR, ST, 1)
 
 #ifdef ZB_X86
 #define ZB_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
@@ -85,62 +72,29 @@ ZB_FOUR(ZB_AVX2, avx2, 32, __m256i, L32, _mm256_xor_si256, S32, N32)
 #define N64(p, v) _mm512_stream_si512((void *)(p), v)
 ZB_FOUR(ZB_AVX512, avx512, 64, __m512i, L64, _mm512_xor_si512, S64, N64)
 
-static int have_sse2(void) { return 1; }
-static int have_avx2(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-static int have_avx512(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
+static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static int have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 static void zb_fence(void) { _mm_sfence(); }
 
-#define ZB_X86_ROW(isa, w, have)                                                   \
-  {#isa " " #w "B, NT stores", w, 1, 0, isa##_nt, have},                           \
-  {#isa " " #w "B, NT stores, prefetch", w, 1, ZB_PREFETCH_BYTES, isa##_nt_pf, have}, \
-  {#isa " " #w "B, plain stores", w, 0, 0, isa##_plain, have},                     \
-  {#isa " " #w "B, plain stores, prefetch", w, 0, ZB_PREFETCH_BYTES, isa##_plain_pf, have}
-static const zb_variant all_variants[] = {ZB_X86_ROW(sse2, 16, have_sse2), ZB_X86_ROW(avx2, 32, have_avx2),
+#define ZB_X86_ROW(isa, w, have)                                            \
+  {#isa " " #w "B, NT stores", w, 1, isa##_nt, have},                       \
+      {#isa " " #w "B, NT stores, prefetch", w, 1, isa##_nt_pf, have},      \
+      {#isa " " #w "B, plain stores", w, 0, isa##_plain, have},             \
+      {#isa " " #w "B, plain stores, prefetch", w, 0, isa##_plain_pf, have}
+static const zb_variant all_variants[] = {ZB_X86_ROW(sse2, 16, NULL), ZB_X86_ROW(avx2, 32, have_avx2),
                                           ZB_X86_ROW(avx512, 64, have_avx512)};
 
 #elif defined(ZB_NEON)
-/* No non-temporal store in the NEON intrinsics: ordinary stores only. "16B" is one 16-byte
- * ld1 per step, "4x16B" four of them per 64-byte line. */
+/* No non-temporal store in the NEON intrinsics: ordinary stores only, four 16-byte ld1 per
+ * 64-byte line. */
 #define ZB_PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
 #define LN(p) vld1q_u8((const uint8_t *)(const void *)(p))
 #define SN(p, v) vst1q_u8((uint8_t *)(void *)(p), v)
-
-static void neon16(const char *a, const char *b, const char *c, char *d, char *e, size_t lines, int pf) {
-  for (size_t i = 0; i < lines * 4; i++, a += 16, b += 16, d += 16) {
-    if (pf && (i & 3) == 0) {
-      ZB_PREFETCH(a + ZB_PREFETCH_BYTES);
-      ZB_PREFETCH(b + ZB_PREFETCH_BYTES);
-      if (c) ZB_PREFETCH(c + ZB_PREFETCH_BYTES);
-    }
-    uint8x16_t x = LN(a), y = LN(b);
-    SN(d, veorq_u8(x, y));
-    if (c) {
-      SN(e, veorq_u8(y, LN(c)));
-      c += 16, e += 16;
-    }
-  }
-}
-static void neon16_plain(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) {
-  neon16(a, b, c, d, e, lines, 0);
-}
-static void neon16_plain_pf(const char *a, const char *b, const char *c, char *d, char *e, size_t lines) {
-  neon16(a, b, c, d, e, lines, 1);
-}
-ZB_LOOP(, neon64_plain, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 0)
-ZB_LOOP(, neon64_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, SN, 0, 1)
-static int have_neon(void) { return 1; }
+ZB_LOOP(, neon_plain, 16, uint8x16_t, LN, veorq_u8, SN, 0)
+ZB_LOOP(, neon_plain_pf, 16, uint8x16_t, LN, veorq_u8, SN, 1)
 static void zb_fence(void) {}
-static const zb_variant all_variants[] = {
-    {"neon 16B, plain stores", 16, 0, 0, neon16_plain, have_neon},
-    {"neon 16B, plain stores, prefetch", 16, 0, ZB_PREFETCH_BYTES, neon16_plain_pf, have_neon},
-    {"neon 4x16B, plain stores", 16, 0, 0, neon64_plain, have_neon},
-    {"neon 4x16B, plain stores, prefetch", 16, 0, ZB_PREFETCH_BYTES, neon64_plain_pf, have_neon}};
+static const zb_variant all_variants[] = {{"neon 16B, plain stores", 16, 0, neon_plain, NULL},
+                                          {"neon 16B, plain stores, prefetch", 16, 0, neon_plain_pf, NULL}};
 
 #else
 /* Portable C: 8-byte words, ordinary stores. */
@@ -152,9 +106,8 @@ static void word_span(const char *a, const char *b, const char *c, char *d, char
     if (pc) pe[i] = pb[i] ^ pc[i];
   }
 }
-static int have_c(void) { return 1; }
 static void zb_fence(void) {}
-static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, 0, word_span, have_c}};
+static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, word_span, NULL}};
 #endif
 
 /* ---- the list of variants this CPU runs ------------------------------------------------------ */
@@ -163,24 +116,20 @@ static const zb_variant all_variants[] = {{"C 8B, plain stores", 8, 0, 0, word_s
 static const zb_variant *variants[ZB_MAX_VARIANTS];
 static int nvariants = -1;
 
-static void init_variants(void) {
-  if (nvariants >= 0) return;
-  int n = 0;
-  for (int i = 0; i < ZB_NALL && n < ZB_MAX_VARIANTS; i++)
-    if (all_variants[i].available()) variants[n++] = &all_variants[i];
-  nvariants = n;
-}
-
 int zb_variant_count(void) {
-  init_variants();
+  if (nvariants < 0) { /* the first call lists them */
+    int n = 0;
+    for (int i = 0; i < ZB_NALL && n < ZB_MAX_VARIANTS; i++)
+      if (!all_variants[i].available || all_variants[i].available()) variants[n++] = &all_variants[i];
+    nvariants = n;
+  }
   return nvariants;
 }
-const char *zb_variant_name(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->name : ""; }
-int zb_variant_width(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->width : 0; }
-int zb_variant_nt(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->nt : 0; }
-int zb_variant_prefetch(int v) { return v >= 0 && v < zb_variant_count() ? variants[v]->prefetch : 0; }
 
-int zb_variant_usable(int v, const zb_stream *s) {
+const zb_variant *zb_variant_get(int v) { return v >= 0 && v < zb_variant_count() ? variants[v] : NULL; }
+
+/* 1 when variant v can run on these buffers (alignment of its non-temporal stores). */
+static int usable(int v, const zb_stream *s) {
   if (v < 0 || v >= zb_variant_count()) return 0;
   if (!variants[v]->nt) return 1;
   /* A line-aligned d (the loops align it) must leave e aligned for the stores. */
@@ -202,18 +151,14 @@ static void bytes_xor(const char *a, const char *b, const char *c, char *d, char
 static void piece(const zb_variant *vt, const char *a, const char *b, const char *c, char *d, char *e, size_t n) {
   size_t head = (size_t)(-(uintptr_t)d & 63u);
   if (head > n) head = n;
+  size_t lines = (n - head) / 64, done = head + lines * 64;
   bytes_xor(a, b, c, d, e, head);
-  a += head, b += head, d += head, n -= head;
-  if (c) c += head, e += head;
-  size_t lines = n / 64;
-  vt->span(a, b, c, d, e, lines);
-  size_t done = lines * 64;
-  if (c) c += done, e += done;
-  bytes_xor(a + done, b + done, c, d + done, e, n - done);
+  vt->span(a + head, b + head, c ? c + head : NULL, d + head, c ? e + head : NULL, lines);
+  bytes_xor(a + done, b + done, c ? c + done : NULL, d + done, c ? e + done : NULL, n - done);
 }
 
 int zb_stream_run(int v, const zb_stream *s, int threads) {
-  if (!zb_variant_usable(v, s)) return -1;
+  if (!usable(v, s)) return -1;
   const zb_variant *vt = variants[v];
   const char *a = s->a, *b = s->b, *c = s->c;
   char *d = s->d, *e = s->c ? s->e : NULL;
@@ -230,16 +175,9 @@ int zb_stream_run(int v, const zb_stream *s, int threads) {
     const size_t t = 0, T = 1;
     (void)threads;
 #endif
-    if (!s->b_row) { /* a contiguous share of whole lines per thread */
-      size_t lo = bytes * t / T / 64 * 64, hi = t + 1 == T ? bytes : bytes * (t + 1) / T / 64 * 64;
-      piece(vt, a + lo, b + lo, c ? c + lo : NULL, d + lo, c ? e + lo : NULL, hi - lo);
-    } else { /* rows of b, each a piece; a share of rows per thread */
-      size_t rows = bytes / s->b_row, r0 = rows * t / T, r1 = rows * (t + 1) / T;
-      for (size_t r = r0; r < r1; r++) {
-        size_t o = r * s->b_row;
-        piece(vt, a + o, b + r * s->b_stride, c ? c + o : NULL, d + o, c ? e + o : NULL, s->b_row);
-      }
-    }
+    /* a contiguous share of whole lines per thread */
+    size_t lo = bytes * t / T / 64 * 64, hi = t + 1 == T ? bytes : bytes * (t + 1) / T / 64 * 64;
+    piece(vt, a + lo, b + lo, c ? c + lo : NULL, d + lo, c ? e + lo : NULL, hi - lo);
     if (vt->nt) zb_fence();
   }
   return 0;
@@ -247,28 +185,20 @@ int zb_stream_run(int v, const zb_stream *s, int threads) {
 
 /* ---- timing ----------------------------------------------------------------------------- */
 
-static double wall_now(void) {
+static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static double cpu_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void zb_stream_time(const zb_stream *s, int threads, int reps, double *wall, double *cpu) {
+void zb_stream_time(const zb_stream *s, int threads, int reps, double *secs) {
   const int nv = zb_variant_count();
   for (int v = 0; v < nv; v++) zb_stream_run(v, s, threads); /* warm-up */
   for (int r = 0; r < reps; r++)
     for (int v = 0; v < nv; v++) {
-      double c0 = cpu_now(), t0 = wall_now();
+      double t0 = now();
       int st = zb_stream_run(v, s, threads);
-      double t1 = wall_now(), c1 = cpu_now();
-      wall[v * reps + r] = st ? -1.0 : t1 - t0;
-      if (cpu) cpu[v * reps + r] = st ? -1.0 : c1 - c0;
+      secs[v * reps + r] = st ? -1.0 : now() - t0;
     }
 }
 
@@ -278,14 +208,13 @@ static int cmp_d(const void *x, const void *y) {
 }
 
 int zb_summarize(double *v, int n, double out[3]) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
   int k = 0;
-  while (k < n && v[k] < 0) k++;
-  double *p = v + k;
-  int m = n - k;
-  if (m <= 0) return 0;
-  out[0] = m % 2 ? p[m / 2] : 0.5 * (p[m / 2 - 1] + p[m / 2]);
-  out[1] = p[0];
-  out[2] = p[m - 1];
-  return m;
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  while (k < n && v[k] < 0) k++; /* runs that were not usable */
+  if (k == n) return 0;
+  v += k, n -= k;
+  out[0] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  out[1] = v[0];
+  out[2] = v[n - 1];
+  return n;
 }

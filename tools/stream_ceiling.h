@@ -1,24 +1,28 @@
-/* The CPU streaming ceiling of `zgate bench`: loops that move the
- * operator's bytes (the backward's 3 reads + 2 writes, the forward's 2 + 1) with no math, in
- * several variants (load width 16, 32 or 64 bytes where the CPU has it, chosen at run time;
- * non-temporal or ordinary stores; with or without software prefetch). A program times every
- * variant on the same buffers and judges zgate against the fastest. */
+/* The CPU streaming ceiling of `zgate bench`: loops that move the operator's bytes (the
+ * backward's 3 reads + 2 writes, the forward's 2 + 1) with no math, in several variants
+ * (load width 16, 32 or 64 bytes where the CPU has it, chosen at run time; non-temporal or
+ * ordinary stores; with or without software prefetch). A program times every variant on the
+ * same buffers and judges zgate against the fastest. */
 #ifndef ZGATE_TOOLS_STREAM_CEILING_H
 #define ZGATE_TOOLS_STREAM_CEILING_H
 
 #include <stddef.h>
 
-/* d = a ^ b and e = b ^ c over `bytes` bytes of each; c and e NULL: d = a ^ b only.
- * b_row 0: every array dense. b_row > 0: b is read in rows of b_row bytes whose starts are
- * b_stride bytes apart (Z's rows in an input projection), the others dense; bytes is then a
- * multiple of b_row. Any alignment works; a non-temporal variant wants d (and e) 16-byte
- * aligned at the same place within a vector, else it is not usable on these buffers. */
+/* d = a ^ b and e = b ^ c over `bytes` bytes of each; c and e NULL: d = a ^ b only. Any
+ * alignment works; a non-temporal variant wants d (and e) 16-byte aligned at the same place
+ * within a vector, else it is not usable on these buffers. */
 typedef struct zb_stream {
   const void *a, *b, *c;
   void *d, *e;
   size_t bytes;
-  size_t b_row, b_stride;
 } zb_stream;
+
+typedef struct zb_variant {
+  const char *name; /* e.g. "avx512 64B, NT stores, prefetch" */
+  int width, nt;    /* load width in bytes; non-temporal stores */
+  void (*span)(const char *a, const char *b, const char *c, char *d, char *e, size_t lines);
+  int (*available)(void); /* NULL: every CPU of the architecture */
+} zb_variant;
 
 #define ZB_MAX_VARIANTS 16
 
@@ -29,23 +33,16 @@ typedef struct zb_stream {
 
 /* The variants this build has and this CPU runs, 0..zb_variant_count()-1. */
 int zb_variant_count(void);
-/* e.g. "avx512 64B, NT stores, prefetch"; "" for an index out of range. */
-const char *zb_variant_name(int v);
-/* Its load width in bytes, whether its stores are non-temporal, its prefetch distance. */
-int zb_variant_width(int v);
-int zb_variant_nt(int v);
-int zb_variant_prefetch(int v);
-/* 1 when variant v can run on these buffers (alignment of its non-temporal stores). */
-int zb_variant_usable(int v, const zb_stream *s);
+const zb_variant *zb_variant_get(int v);
 /* Runs variant v once on `threads` threads (0 = the OpenMP default; small problems run on one
  * thread). Returns 0, or -1 when the variant is not usable on these buffers. */
 int zb_stream_run(int v, const zb_stream *s, int threads);
 
 /* Times every variant `reps` times, round robin (one call of each, then the next round), so
  * that a burst of other work on a shared machine hits all of them alike; one untimed call of
- * each first. wall[v * reps + r] and cpu[v * reps + r] (process CPU seconds; cpu may be
- * NULL) get the seconds, or a negative value for a variant not usable on these buffers. */
-void zb_stream_time(const zb_stream *s, int threads, int reps, double *wall, double *cpu);
+ * each first. secs[v * reps + r] gets the seconds, or a negative value for a variant not
+ * usable on these buffers. */
+void zb_stream_time(const zb_stream *s, int threads, int reps, double *secs);
 
 /* Median, fastest and slowest of the n values at v (sorted in place), out[0..2]; returns the
  * count of non-negative values (0: none, out untouched). */
