@@ -2,7 +2,7 @@
 """Upstream's Mamba-3 layer with zgate's compute_dzdo: every gradient, the gate's own errors
 in the layer, and the gate's share of the backward time.
 
-    python3 bench/mamba_layer_check.py --mamba PATH [--headdims 64,128,80,96] [--batch 2]
+    python3 tests/mamba/mamba_layer_check.py --mamba PATH [--headdims 64,128,80,96] [--batch 2]
         [--seqlen 2048] [--nheads 24] [--rep 20] [--json FILE] [--in-process] [--zgate-only]
 
 PATH is a state-spaces/mamba checkout (its mamba_ssm/ and tests/ folders; never committed):

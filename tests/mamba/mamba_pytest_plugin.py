@@ -1,6 +1,6 @@
 """pytest plugin for upstream's Mamba-3 tests, run by scripts/gpu-mamba.sh:
 
-    cd MAMBA_CHECKOUT && PYTHONPATH=ZGATE/bench:ZGATE/python:. \\
+    cd MAMBA_CHECKOUT && PYTHONPATH=ZGATE/tests/mamba:ZGATE/python:. \\
         python3 -m pytest -p mamba_pytest_plugin tests/ops/triton/test_mamba3_siso.py
 
 mamba_ssm is imported without its __init__.py, so Mamba-1's CUDA extensions need not be
