@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stage: the libFuzzer target on zgate's API validation (fuzz/, docs/reliability.md).
+# Stage: the libFuzzer target on zgate's API validation (tests/fuzz/, docs/reliability.md).
 # clang build with -DZGATE_FUZZ=ON, ASan + UBSan on the library and the harness, no CUDA
 # (CUDA tensors are fuzzed as validation only). First the committed seed corpus is replayed
 # as a ctest test (fuzz_corpus_replay), then the fuzzer runs for ZGATE_FUZZ_SECONDS (60)
@@ -24,11 +24,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$build/artifacts"
-cp fuzz/corpus/* "$work/corpus/"
+cp tests/fuzz/corpus/* "$work/corpus/"
 log="$build/fuzz.log"
-echo "60-fuzz: fuzzing for ${seconds} s from $(ls fuzz/corpus | wc -l) seeds (log: $log)"
+echo "60-fuzz: fuzzing for ${seconds} s from $(ls tests/fuzz/corpus | wc -l) seeds (log: $log)"
 rc=0
-timeout $((seconds + 120)) "$build/fuzz/zgate_fuzz_api" "$work/corpus" \
+timeout $((seconds + 120)) "$build/tests/fuzz/zgate_fuzz_api" "$work/corpus" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=512 \
   -artifact_prefix="$build/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
 grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true

@@ -6,7 +6,7 @@
  *   header   FZ_HDR_BYTES   op, number of buffers, the shared shape, options, injection
  *   tensors  FZ_REC_BYTES each, 5 records for bwd ops and 3 for fwd ops, in API order
  *   tail     1 slack byte per buffer, 8 bytes of value seed, 4 bytes of status probe
- * The seed corpus (fuzz/corpus/) is in this layout.
+ * The seed corpus (tests/fuzz/corpus/) is in this layout.
  */
 #ifndef ZGATE_FZ_CASE_H
 #define ZGATE_FZ_CASE_H
