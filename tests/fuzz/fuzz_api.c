@@ -5,12 +5,13 @@
  *   - a status in range, a name for it, and zgate_last_error() "" after success and a
  *     message after failure;
  *   - a call the contract refuses (fz_analyze.c: "definite") is refused, and a clean one
- *     succeeds (calls zgate may conservatively refuse are "odd": either answer);
+ *     succeeds (calls zgate may conservatively refuse are "odd": either answer); a refusal
+ *     carries the status of one of the reasons found (docs/reliability.md's table);
  *   - on failure every byte of every buffer is unchanged;
  *   - on success every output element was written with a value near the float64 formula
  *     and every other byte is unchanged;
  *   - ASan/UBSan see every touched byte: buffers end at the last element, shape and stride
- *     arrays are exactly ndim long.
+ *     arrays are exactly ndim long (at most ZGATE_MAX_NDIM + 1 for a larger ndim).
  * A violation prints the case and aborts, which libFuzzer records as a crash. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign, strnlen */
 #include <stdio.h>
@@ -73,6 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st == ZGATE_ERR_INTERNAL) fail(&c, st, "ZGATE_ERR_INTERNAL");
     if (st == ZGATE_ERR_CUDA && !zgate_cuda_built()) fail(&c, st, "ZGATE_ERR_CUDA without CUDA");
     if (!c.definite && !c.odd) fail(&c, st, "refused a call that the contract accepts");
+    if (!(c.statuses & (1u << st))) fail(&c, st, "refused with a status that no reason found has");
     for (int k = 0; k < c.n_buf; k++)
       if (memcmp(snap[k], c.buf[k], (size_t)c.buf_size[k]) != 0)
         fail(&c, st, "a buffer changed although the call failed");

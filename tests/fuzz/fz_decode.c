@@ -19,10 +19,10 @@ static const int64_t k_sizes[32] = {
     -1, -2, INT64_MIN, INT64_MAX, (int64_t)1 << 31, ((int64_t)1 << 31) + 1, (int64_t)1 << 32,
     ((int64_t)1 << 32) + 1, (int64_t)1 << 40, (int64_t)1 << 62, -((int64_t)1 << 31), (int64_t)1 << 20};
 
-/* Small sizes most of the time (headdim up to 40 so SIMD bodies and tails both run),
- * edge and hostile sizes from a table otherwise. */
-int64_t fz_size(uint8_t b, int dim) {
-  if (b < 224) return dim == 3 ? 1 + b % 40 : 1 + b % 4;
+/* Small sizes most of the time (the last dim, headdim in Mamba, up to 40 so SIMD bodies and
+ * tails both run), edge and hostile sizes from a table otherwise. */
+static int64_t fz_size(uint8_t b, int last) {
+  if (b < 224) return last ? 1 + b % 40 : 1 + b % 4;
   return k_sizes[b - 224];
 }
 
@@ -36,15 +36,14 @@ static const uint64_t k_offsets[16] = {
     (uint64_t)1 << 63, UINT64_MAX, UINT64_MAX - 3, (uint64_t)1 << 40, 4096,
     ((uint64_t)1 << 63) + 4, UINT64_MAX - 0xffffffffu, 8};
 
-/* Ranks other than 4, each one the API refuses: every rank but 4 where the API takes rank 4
- * only, and outside 0..ZGATE_MAX_NDIM where it takes any rank up to that (valid ranks other
- * than 4 are checked by tests/test_validation.c; this harness models rank 4). */
-#ifdef ZGATE_MAX_NDIM
-_Static_assert(ZGATE_MAX_NDIM + 1 <= FZ_MAX_NDIM, "FZ_MAX_NDIM holds one rank past the API's");
-static const int32_t k_ndims[8] = {-1, ZGATE_MAX_NDIM + 1, INT32_MIN, ZGATE_MAX_NDIM + 1, -2, -1, INT32_MIN, -1};
-#else
-static const int32_t k_ndims[8] = {0, 1, 2, 3, 5, 8, -1, INT32_MIN};
-#endif
+/* A tensor's rank other than the call's (FZ_R_NDIM >= 224): every rank the API takes, then
+ * ranks past ZGATE_MAX_NDIM and negative ones, which it must refuse with ZGATE_ERR_NDIM. */
+static const int32_t k_bad_ndims[7] = {ZGATE_MAX_NDIM + 1, ZGATE_MAX_NDIM + 2, 64, INT32_MAX,
+                                       -1, -2, INT32_MIN};
+static int32_t other_ndim(uint8_t b) {
+  int v = (b - 224) % (ZGATE_MAX_NDIM + 1 + 7);
+  return v <= ZGATE_MAX_NDIM ? v : k_bad_ndims[v - ZGATE_MAX_NDIM - 1];
+}
 
 static const struct { int type, id; } k_devices[16] = {
     {kDLCPU, 1}, {kDLCUDA, 0}, {kDLCUDA, 1}, {kDLCUDAHost, 0}, {kDLOpenCL, 0}, {kDLExtDev, 0},
@@ -83,45 +82,33 @@ static __int128 mulsat(__int128 a, int64_t b) {
   return a > lim / b ? lim : a * b;
 }
 
-/* Strides for a 4-D shape in layout `kind` (fz_case.h), saturated to int64 where the
- * shape is hostile (the analysis recomputes everything exactly). */
-static void layout4(const int64_t n[4], int kind, uint8_t sp1, uint8_t sp2, int64_t s[4]) {
-  __int128 acc = 1;
-  switch (kind) {
-    case FZ_L_PERMUTED: {
-      static const int perms[24][4] = {
-          {0, 1, 2, 3}, {0, 1, 3, 2}, {0, 2, 1, 3}, {0, 2, 3, 1}, {0, 3, 1, 2}, {0, 3, 2, 1},
-          {1, 0, 2, 3}, {1, 0, 3, 2}, {1, 2, 0, 3}, {1, 2, 3, 0}, {1, 3, 0, 2}, {1, 3, 2, 0},
-          {2, 0, 1, 3}, {2, 0, 3, 1}, {2, 1, 0, 3}, {2, 1, 3, 0}, {2, 3, 0, 1}, {2, 3, 1, 0},
-          {3, 0, 1, 2}, {3, 0, 2, 1}, {3, 1, 0, 2}, {3, 1, 2, 0}, {3, 2, 0, 1}, {3, 2, 1, 0}};
-      const int *p = perms[sp1 % 24]; /* p[0] outermost ... p[3] innermost */
-      for (int k = 3; k >= 0; k--) {
-        s[p[k]] = sat64(acc);
-        acc = mulsat(acc, n[p[k]] > 0 ? n[p[k]] : 1);
-      }
-      return;
+/* Strides for an n-dim shape in layout `kind` (fz_case.h) with parameter sp, saturated to
+ * int64 where the shape is hostile (the analysis recomputes everything exactly). */
+static void layout(int n, const int64_t *sh, int kind, uint64_t sp, int64_t *s) {
+  int order[FZ_MAX_NDIM]; /* dims from outermost to innermost in memory */
+  for (int d = 0; d < n; d++) order[d] = d;
+  if (kind == FZ_L_PERMUTED) { /* permutation number sp % n!: pick from the dims left */
+    uint64_t f = 1;
+    for (int k = 2; k <= n; k++) f *= (uint64_t)k;
+    sp %= f;
+    for (int i = 0; i < n; i++) {
+      f /= (uint64_t)(n - i);
+      int j = i + (int)(sp / f), pick = order[j];
+      sp %= f;
+      memmove(&order[i + 1], &order[i], (size_t)(j - i) * sizeof order[0]);
+      order[i] = pick;
     }
-    case FZ_L_RANDOM:
-      s[0] = sp1 & 15;
-      s[1] = sp1 >> 4;
-      s[2] = sp2 & 15;
-      s[3] = sp2 >> 4;
-      return;
-    case FZ_L_PROJ: /* (L * d_in_proj, d_in_proj, headdim, 1) with d_in_proj > H * headdim */
-      s[3] = 1;
-      s[2] = n[3];
-      s[1] = sat64((__int128)n[2] * n[3] + sp1 % 64);
-      s[0] = sat64((__int128)s[1] * n[1]);
-      return;
-    default:
-      break;
   }
-  for (int d = 3; d >= 0; d--) {
-    int64_t pad = kind == FZ_L_PADDED ? (sp1 >> (2 * d)) & 3 : 0;
-    if (d == 3 && kind == FZ_L_PADDED) acc += pad; /* innermost stride 1..4 */
+  __int128 acc = 1;
+  for (int k = n - 1; k >= 0; k--) {
+    int d = order[k];
+    int64_t pad = kind == FZ_L_PADDED ? (int64_t)(sp >> (2 * d)) & 3 : 0;
+    if (k == n - 1) acc += pad; /* innermost stride 1..4 when padded */
     s[d] = sat64(acc);
-    if (kind == FZ_L_BROADCAST && ((sp1 >> d) & 1)) s[d] = 0;
-    acc = mulsat(acc, n[d] > 0 ? n[d] : 1) + (d < 3 ? pad : 0);
+    if (kind == FZ_L_BROADCAST && ((sp >> d) & 1)) s[d] = 0;
+    if (kind == FZ_L_RANDOM) s[d] = (int64_t)(sp >> (4 * d)) & 15;
+    acc = mulsat(acc, sh[d] > 0 ? sh[d] : 1) + (k < n - 1 ? pad : 0);
+    if (kind == FZ_L_PROJ && k == n - 2) acc += (int64_t)(sp % 64);
   }
 }
 
@@ -131,11 +118,16 @@ static int64_t *heap_copy(const int64_t *v, int n) {
   return p;
 }
 
+int fz_array_len(int32_t ndim) { return ndim < 0 ? 0 : ndim < FZ_MAX_NDIM ? ndim : FZ_MAX_NDIM; }
+
 static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
   uint8_t b[FZ_REC_BYTES];
   for (int k = 0; k < FZ_REC_BYTES; k++) b[k] = rd(r);
   fz_tensor *t = &c->t[ti];
   int allow_f64 = c->op == FZ_BWD_REF || c->op == FZ_FWD_REF;
+  int kind = b[FZ_R_LAYOUT] % 8;
+  uint64_t sp = 0;
+  for (int k = 3; k >= 0; k--) sp = sp << 8 | b[FZ_R_SP + k];
   memset(t, 0, sizeof *t);
   t->present = 1;
   t->clone_of = -1;
@@ -150,25 +142,26 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
     fz_tensor *s = &c->t[src];
     if (s->present) {
       uint8_t f = b[FZ_R_DOFF];
+      int n = fz_array_len(s->dl.ndim);
       *t = *s;
       t->clone_of = src;
       t->owns_arrays = 0;
       t->same_ptr = (f & 31) == 16;
       if (f & 1) {
-        if (t->dl.shape) t->dl.shape = heap_copy(s->dl.shape, t->dl.ndim > 0 ? t->dl.ndim : 0);
-        if (t->dl.strides) t->dl.strides = heap_copy(s->dl.strides, t->dl.ndim > 0 ? t->dl.ndim : 0);
+        if (t->dl.shape) t->dl.shape = heap_copy(s->dl.shape, n);
+        if (t->dl.strides) t->dl.strides = heap_copy(s->dl.strides, n);
         t->owns_arrays = 1;
       }
       if (f & 2) t->dl.dtype = decode_dtype(b[FZ_R_DTYPE], b[FZ_R_DTYPE2], allow_f64);
-      if ((f & 4) && t->dl.ndim == 4 && t->dl.shape) {
-        int64_t st[4];
-        layout4(t->dl.shape, b[FZ_R_STRIDES] % 8, b[FZ_R_SP1], b[FZ_R_SP2], st);
+      if ((f & 4) && fz_rank_ok(t->dl.ndim) && (t->dl.shape || n == 0)) {
+        int64_t st[FZ_MAX_NDIM];
+        layout(n, s->dl.shape, kind, sp, st);
         if (t->owns_arrays) {
           free(t->dl.shape);
           free(t->dl.strides);
         }
-        t->dl.shape = heap_copy(s->dl.shape, 4);
-        t->dl.strides = heap_copy(st, 4);
+        t->dl.shape = s->dl.shape ? heap_copy(s->dl.shape, n) : NULL;
+        t->dl.strides = heap_copy(st, n);
         t->owns_arrays = 1;
       }
       if (f & 8) t->dl.byte_offset += (uint64_t)(b[FZ_R_BOFF] % 16);
@@ -181,7 +174,7 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
     t->present = 0;
     return;
   }
-  int ndim = b[FZ_R_NDIM] < 224 ? 4 : k_ndims[(b[FZ_R_NDIM] - 224) % 8];
+  int32_t ndim = b[FZ_R_NDIM] < 224 ? c->ndim : other_ndim(b[FZ_R_NDIM]);
   t->dl.ndim = ndim;
   t->dl.device.device_type = kDLCPU;
   t->dl.device.device_id = 0;
@@ -190,28 +183,20 @@ static void decode_tensor(fz_case *c, int ti, fz_reader *r) {
     t->dl.device.device_id = k_devices[(b[FZ_R_DEVICE] - 224) % 16].id;
   }
 
+  int n = fz_array_len(ndim);
   int64_t shape[FZ_MAX_NDIM];
-  for (int d = 0; d < FZ_MAX_NDIM; d++) shape[d] = d < 4 ? c->shape[d] : 1;
-  if (b[FZ_R_SHAPE] >= 224 && b[FZ_R_SHAPE] < 255) {
-    int d = b[FZ_R_SHAPE] & 3;
-    shape[d] = fz_size(b[FZ_R_SHAPEV], d);
+  memcpy(shape, c->shape, sizeof shape);
+  if (b[FZ_R_SHAPE] >= 224 && b[FZ_R_SHAPE] < 255 && n > 0) {
+    int d = (b[FZ_R_SHAPE] % 8) % n;
+    shape[d] = fz_size(b[FZ_R_SHAPEV], d == n - 1);
   }
-  int n = ndim > 0 ? ndim : 0; /* at most FZ_MAX_NDIM: k_ndims */
   t->dl.shape = b[FZ_R_SHAPE] == 255 ? NULL : heap_copy(shape, n);
 
-  int kind = b[FZ_R_STRIDES] % 8;
   if (kind != FZ_L_NULL && kind != FZ_L_NULL2) {
     int64_t st[FZ_MAX_NDIM];
-    if (ndim == 4) {
-      layout4(shape, kind, b[FZ_R_SP1], b[FZ_R_SP2], st);
-    } else {
-      __int128 acc = 1;
-      for (int d = n - 1; d >= 0; d--) {
-        st[d] = sat64(acc);
-        acc = mulsat(acc, shape[d] > 0 ? shape[d] : 1);
-      }
-    }
-    if (b[FZ_R_STRIDES] >= 224 && n > 0) st[(b[FZ_R_SP2] & 3) % n] = k_strides[(b[FZ_R_SP2] >> 2) % 16];
+    layout(n, shape, kind, sp, st);
+    uint8_t at = b[FZ_R_SPECIAL_AT];
+    if (b[FZ_R_SPECIAL] >= 224 && n > 0) st[(at % 8) % n] = k_strides[at >> 4];
     t->dl.strides = heap_copy(st, n);
   }
 
@@ -245,8 +230,9 @@ static void decode_opts(fz_case *c, uint8_t o1, uint8_t o2) {
     c->opts_odd = 1;
     return;
   }
-  if (c->opts.num_threads < 0) c->opts_known_bad = 1;
-  if (c->opts.cpu_isa && !zgate_cpu_isa_available(c->opts.cpu_isa)) c->opts_known_bad = 1;
+  if (c->opts.num_threads < 0) c->opts_bad = ZGATE_ERR_OPTIONS;
+  else if (c->opts.cpu_isa && !zgate_cpu_isa_available(c->opts.cpu_isa))
+    c->opts_bad = ((o1 >> 3) & 7) <= 4 ? ZGATE_ERR_ISA_UNAVAILABLE : ZGATE_ERR_OPTIONS; /* a known name */
 }
 
 void fz_decode(fz_case *c, const uint8_t *data, size_t size) {
@@ -258,7 +244,9 @@ void fz_decode(fz_case *c, const uint8_t *data, size_t size) {
   c->n_t = c->op == FZ_BWD || c->op == FZ_BWD_REF ? 5 : 3;
   c->n_in = c->n_t == 5 ? 3 : 2;
   c->n_buf = 1 + h[FZ_H_NBUF] % FZ_MAX_BUF;
-  for (int d = 0; d < 4; d++) c->shape[d] = fz_size(h[FZ_H_SHAPE0 + d], d);
+  c->ndim = (4 + h[FZ_H_NDIM]) % (ZGATE_MAX_NDIM + 1);
+  for (int d = 0; d < FZ_MAX_NDIM; d++)
+    c->shape[d] = d < c->ndim ? fz_size(h[FZ_H_SHAPE0 + d], d == c->ndim - 1) : 1;
   c->inject = h[FZ_H_INJECT];
   decode_opts(c, h[FZ_H_OPTS], h[FZ_H_OPTS2]);
   for (int ti = 0; ti < c->n_t; ti++) decode_tensor(c, ti, &r);

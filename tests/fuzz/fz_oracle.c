@@ -12,7 +12,7 @@
 #include "fz_case.h"
 #include "zgate_check.h"
 
-uint64_t fz_poison_bits(fz_dt dt) {
+static uint64_t poison_bits(fz_dt dt) {
   switch (dt) {
     case FZ_DT_F32: return 0x7FA5A5A5u;
     case FZ_DT_F16: return 0x7DA5u;
@@ -21,8 +21,8 @@ uint64_t fz_poison_bits(fz_dt dt) {
   }
 }
 
-int fz_is_poison(const unsigned char *p, fz_dt dt) {
-  uint64_t v = 0, want = fz_poison_bits(dt);
+static int is_poison(const unsigned char *p, fz_dt dt) {
+  uint64_t v = 0, want = poison_bits(dt);
   memcpy(&v, p, (size_t)fz_elsize(dt)); /* little-endian hosts */
   return v == want;
 }
@@ -30,7 +30,7 @@ int fz_is_poison(const unsigned char *p, fz_dt dt) {
 static const DLDataType dl_types[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},
                                        {kDLFloat, 64, 1}};
 
-double fz_load(const unsigned char *p, fz_dt dt) { return zgate_check_load(dl_types[dt], p); }
+static double load(const unsigned char *p, fz_dt dt) { return zgate_check_load(dl_types[dt], p); }
 
 static uint64_t next(uint64_t *s) {
   *s ^= *s << 13;
@@ -58,64 +58,61 @@ void fz_fill_and_poison(fz_case *c) {
   for (int o = c->n_in; o < c->n_t; o++) {
     const fz_tensor *t = &c->t[o];
     const fz_info *in = &c->info[o];
+    const int nd = t->dl.ndim;
     if (!t->present || t->buf < 0 || !in->shape_ok || in->dt == FZ_DT_OTHER) continue;
     if (in->numel == 0 || in->numel > FZ_CAP || in->end > c->buf_size[t->buf]) continue;
     if (o == 4 && c->inplace_sem) continue; /* dos is dout: keep dout's values */
     int neg = 0;
-    for (int d = 0; d < 4; d++) neg |= in->stride[d] < 0;
+    for (int d = 0; d < nd; d++) neg |= in->stride[d] < 0;
     if (neg) continue;
-    uint64_t pb = fz_poison_bits(in->dt);
-    const int64_t *n = t->dl.shape;
-    int64_t idx[4];
-    for (idx[0] = 0; idx[0] < n[0]; idx[0]++)
-      for (idx[1] = 0; idx[1] < n[1]; idx[1]++)
-        for (idx[2] = 0; idx[2] < n[2]; idx[2]++)
-          for (idx[3] = 0; idx[3] < n[3]; idx[3]++)
-            memcpy(c->buf[t->buf] + fz_elem_off(in, idx), &pb, (size_t)in->elsize);
+    uint64_t pb = poison_bits(in->dt);
+    int64_t idx[ZGATE_MAX_NDIM];
+    for (int more = fz_index_first(nd, t->dl.shape, idx); more; more = fz_index_next(nd, t->dl.shape, idx))
+      memcpy(c->buf[t->buf] + fz_elem_off(in, nd, idx), &pb, (size_t)in->elsize);
   }
+}
+
+static void print_index(int nd, const int64_t *idx) {
+  fprintf(stderr, "(");
+  for (int d = 0; d < nd; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)idx[d]);
+  fprintf(stderr, ")");
 }
 
 const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
   const char *bad = NULL;
-  const int bwd = c->n_t == 5;
+  const int bwd = c->n_t == 5, nd = c->ndim;
   uint8_t *cover[FZ_MAX_BUF] = {0};
   for (int k = 0; k < c->n_buf; k++) cover[k] = calloc(1, (size_t)c->buf_size[k] + 1);
-  const int64_t *n = c->shape;
-  int64_t idx[4];
-  if (c->info[0].numel > 0)
-    for (idx[0] = 0; idx[0] < n[0]; idx[0]++)
-      for (idx[1] = 0; idx[1] < n[1]; idx[1]++)
-        for (idx[2] = 0; idx[2] < n[2]; idx[2]++)
-          for (idx[3] = 0; idx[3] < n[3]; idx[3]++) {
-            double in[3];
-            for (int i = 0; i < c->n_in; i++) {
-              const fz_info *fi = &c->info[i];
-              in[i] = fz_load(snap[c->t[i].buf] + fz_elem_off(fi, idx), fi->dt);
-            }
-            /* bwd inputs (dout, z, o); fwd inputs (o, z) */
-            double dout = bwd ? in[0] : 0, z = in[1], o = bwd ? in[2] : in[0];
-            for (int out = c->n_in; out < c->n_t; out++) {
-              const fz_info *fi = &c->info[out];
-              int64_t off = fz_elem_off(fi, idx);
-              unsigned char *p = c->buf[c->t[out].buf] + off;
-              memset(cover[c->t[out].buf] + off, 1, (size_t)fi->elsize);
-              const char *why = NULL;
-              if (!(out == 4 && c->inplace_sem) && fz_is_poison(p, fi->dt))
-                why = "an output element was not written (still poisoned)";
-              zgate_check_quantity q = !bwd ? ZGATE_CHECK_OUT : out == 3 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS;
-              double got = fz_load(p, fi->dt), ref = zgate_check_formula(q, dout, z, o);
-              if (!why && zgate_check_element(q, dl_types[fi->dt], got, ref, dout, z, o, NULL, NULL))
-                why = "an output element is outside zgate_check's bound of the float64 formula";
-              if (why && !bad) {
-                bad = why;
-                fprintf(stderr,
-                        "element (%lld,%lld,%lld,%lld) of t%d: got %.17g, float64 formula %.17g, "
-                        "inputs dout %.9g z %.9g o %.9g\n",
-                        (long long)idx[0], (long long)idx[1], (long long)idx[2],
-                        (long long)idx[3], out, got, ref, dout, z, o);
-              }
-            }
-          }
+  int64_t idx[ZGATE_MAX_NDIM];
+  for (int more = fz_index_first(nd, c->shape, idx); more; more = fz_index_next(nd, c->shape, idx)) {
+    double in[3];
+    for (int i = 0; i < c->n_in; i++) {
+      const fz_info *fi = &c->info[i];
+      in[i] = load(snap[c->t[i].buf] + fz_elem_off(fi, nd, idx), fi->dt);
+    }
+    /* bwd inputs (dout, z, o); fwd inputs (o, z) */
+    double dout = bwd ? in[0] : 0, z = in[1], o = bwd ? in[2] : in[0];
+    for (int out = c->n_in; out < c->n_t; out++) {
+      const fz_info *fi = &c->info[out];
+      int64_t off = fz_elem_off(fi, nd, idx);
+      unsigned char *p = c->buf[c->t[out].buf] + off;
+      memset(cover[c->t[out].buf] + off, 1, (size_t)fi->elsize);
+      const char *why = NULL;
+      if (!(out == 4 && c->inplace_sem) && is_poison(p, fi->dt))
+        why = "an output element was not written (still poisoned)";
+      zgate_check_quantity q = !bwd ? ZGATE_CHECK_OUT : out == 3 ? ZGATE_CHECK_DZ : ZGATE_CHECK_DOS;
+      double got = load(p, fi->dt), ref = zgate_check_formula(q, dout, z, o);
+      if (!why && zgate_check_element(q, dl_types[fi->dt], got, ref, dout, z, o, NULL, NULL))
+        why = "an output element is outside zgate_check's bound of the float64 formula";
+      if (why && !bad) {
+        bad = why;
+        fprintf(stderr, "element ");
+        print_index(nd, idx);
+        fprintf(stderr, " of t%d: got %.17g, float64 formula %.17g, inputs dout %.9g z %.9g o %.9g\n",
+                out, got, ref, dout, z, o);
+      }
+    }
+  }
   for (int k = 0; k < c->n_buf && !bad; k++)
     for (int64_t i = 0; i < c->buf_size[k]; i++)
       if (!cover[k][i] && c->buf[k][i] != snap[k][i]) {
