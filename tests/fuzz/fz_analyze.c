@@ -42,7 +42,7 @@ static fz_dt dtype_of(DLDataType t) {
 
 int64_t fz_elsize(fz_dt dt) { return dt == FZ_DT_F64 ? 8 : dt == FZ_DT_F32 ? 4 : 2; }
 
-int fz_index_first(int nd, const int64_t *n, int64_t *idx) {
+FZ_NO_COVERAGE int fz_index_first(int nd, const int64_t *n, int64_t *idx) {
   int any = 1;
   for (int d = 0; d < nd; d++) {
     idx[d] = 0;
@@ -51,7 +51,7 @@ int fz_index_first(int nd, const int64_t *n, int64_t *idx) {
   return any;
 }
 
-int fz_index_next(int nd, const int64_t *n, int64_t *idx) {
+FZ_NO_COVERAGE int fz_index_next(int nd, const int64_t *n, int64_t *idx) {
   for (int d = nd - 1; d >= 0; d--) {
     if (++idx[d] < n[d]) return 1;
     idx[d] = 0;
@@ -59,7 +59,7 @@ int fz_index_next(int nd, const int64_t *n, int64_t *idx) {
   return 0;
 }
 
-int64_t fz_elem_off(const fz_info *in, int nd, const int64_t *idx) {
+FZ_NO_COVERAGE int64_t fz_elem_off(const fz_info *in, int nd, const int64_t *idx) {
   i128 off = 0;
   for (int d = 0; d < nd; d++) off += (i128)idx[d] * in->stride[d];
   return (int64_t)(in->rel + off * in->elsize);
@@ -312,7 +312,7 @@ static uint32_t overlap_status(const fz_case *c, int o, int j) {
 }
 
 /* Exact memory relations, byte by byte (every tensor fits, numel small enough). */
-static void classify_memory(fz_case *c) {
+FZ_NO_COVERAGE static void classify_memory(fz_case *c) {
   const int dos = dos_of(c), nd = c->ndim;
   const int64_t *n = c->shape;
   uint8_t *maskv[FZ_MAX_BUF] = {0};

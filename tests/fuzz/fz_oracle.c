@@ -42,7 +42,7 @@ static uint64_t next(uint64_t *s) {
 /* Mostly moderate values in any dtype at any offset: the high byte of each 16-bit word is
  * a sign plus an exponent byte around 1.0 (0x3C..0x42 reads as 2^-7..2^5 in f32/bf16 and
  * 1..8 in f16); one word in 16 is fully random, which brings inf, NaN and subnormals. */
-static void fill(unsigned char *b, int64_t n, uint64_t *s) {
+FZ_NO_COVERAGE static void fill(unsigned char *b, int64_t n, uint64_t *s) {
   for (int64_t i = 0; i < n; i++) {
     uint64_t r = next(s);
     if ((i & 1) && (r & 15) != 0)
@@ -52,7 +52,7 @@ static void fill(unsigned char *b, int64_t n, uint64_t *s) {
   }
 }
 
-void fz_fill_and_poison(fz_case *c) {
+FZ_NO_COVERAGE void fz_fill_and_poison(fz_case *c) {
   uint64_t s = c->seed | 1;
   for (int k = 0; k < c->n_buf; k++) fill(c->buf[k], c->buf_size[k], &s);
   for (int o = c->n_in; o < c->n_t; o++) {
@@ -78,7 +78,7 @@ static void print_index(int nd, const int64_t *idx) {
   fprintf(stderr, ")");
 }
 
-const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
+FZ_NO_COVERAGE const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
   const char *bad = NULL;
   const int bwd = c->n_t == 5, nd = c->ndim;
   uint8_t *cover[FZ_MAX_BUF] = {0};
