@@ -44,7 +44,7 @@ echo "60-fuzz: no crash, leak, sanitizer report or contract violation in ${secon
 # What the run covered: its corpus replayed, each case counted by the call's rank ("mixed":
 # tensors of different ndim) and by whether zgate accepted it.
 echo "60-fuzz: the run's corpus by rank"
-printf '%6s %9s %9s\n' rank accepted refused
+printf '%10s %9s %9s\n' rank accepted refused
 ZGATE_FUZZ_VERBOSE=1 "$build/tests/fuzz/zgate_fuzz_replay" "$work/corpus" 2>&1 >/dev/null |
   awk '/^fuzz case:/ { seen[$5] = 1; if ($7 == "0") ok[$5]++; else no[$5]++ }
-       END { for (r in seen) printf "%6s %9d %9d\n", r, ok[r], no[r] }' | sort -g
+       END { for (r in seen) printf "%10s %9d %9d\n", r, ok[r], no[r] }' | sort -g

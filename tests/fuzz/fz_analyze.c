@@ -118,17 +118,24 @@ static void classify_static(fz_case *c) {
   c->statuses = 0;
   if (!ref && !c->opts_null) {
     if (c->opts_bad) mark(c, ST(c->opts_bad), "bad options");
-    if (c->opts_odd) mark_odd(c, ST(ZGATE_ERR_OPTIONS) | ST(ZGATE_ERR_ISA_UNAVAILABLE), "unusual options");
+    if (c->opts_odd)
+      mark_odd(c, ST(ZGATE_ERR_OPTIONS) | ST(ZGATE_ERR_ISA_UNAVAILABLE), "unusual options");
   }
   for (int ti = 0; ti < c->n_t; ti++) {
     const fz_tensor *t = &c->t[ti];
     const fz_info *in = &c->info[ti];
-    if (!t->present) { mark(c, ST(ZGATE_ERR_NULL_ARGUMENT), "NULL tensor pointer"); continue; }
-    if (!fz_rank_ok(t->dl.ndim)) { mark(c, ST(ZGATE_ERR_NDIM), "ndim outside 0..ZGATE_MAX_NDIM"); continue; }
-    if (!t->dl.shape && t->dl.ndim > 0) { mark(c, ST(ZGATE_ERR_NULL_ARGUMENT), "shape NULL"); continue; }
-    if (!in->shape_ok) mark(c, ST(ZGATE_ERR_NEGATIVE_SIZE), "negative size");
-    if (t->dl.dtype.lanes != 1) mark(c, ST(ZGATE_ERR_LANES), "dtype lanes not 1");
-    else if (in->dt == FZ_DT_OTHER || (in->dt == FZ_DT_F64 && !ref)) mark(c, ST(ZGATE_ERR_DTYPE), "dtype not accepted");
+    if (!t->present) {
+      mark(c, ST(ZGATE_ERR_NULL_ARGUMENT), "NULL tensor pointer");
+    } else if (!fz_rank_ok(t->dl.ndim)) {
+      mark(c, ST(ZGATE_ERR_NDIM), "ndim outside 0..ZGATE_MAX_NDIM");
+    } else if (!t->dl.shape && t->dl.ndim > 0) {
+      mark(c, ST(ZGATE_ERR_NULL_ARGUMENT), "shape NULL");
+    } else {
+      if (!in->shape_ok) mark(c, ST(ZGATE_ERR_NEGATIVE_SIZE), "negative size");
+      if (t->dl.dtype.lanes != 1) mark(c, ST(ZGATE_ERR_LANES), "dtype lanes not 1");
+      else if (in->dt == FZ_DT_OTHER || (in->dt == FZ_DT_F64 && !ref))
+        mark(c, ST(ZGATE_ERR_DTYPE), "dtype not accepted");
+    }
   }
   if (c->definite) return;
 
@@ -177,12 +184,14 @@ static void classify_static(fz_case *c) {
      * plus extent past INT64_MAX may pass the end of the address space (no such memory
      * exists, but zgate cannot know: fz_analyze hands it out only with a defect added). */
     if (in->end - in->rel > INT64_MAX) mark(c, ST(ZGATE_ERR_OVERFLOW), "byte extent overflows");
-    else if (in->end > INT64_MAX) mark_odd(c, ST(ZGATE_ERR_OVERFLOW), "start + extent past INT64_MAX");
+    else if (in->end > INT64_MAX)
+      mark_odd(c, ST(ZGATE_ERR_OVERFLOW), "start + extent past INT64_MAX");
   }
   for (int o = c->n_in; o < c->n_t; o++)
     for (int d = 0; d < nd; d++)
       if (c->info[o].stride[d] == 0 && c->shape[d] > 1)
-        mark(c, ST(ZGATE_ERR_OUTPUT_SELF_OVERLAP), "two elements of an output share memory (zero stride)");
+        mark(c, ST(ZGATE_ERR_OUTPUT_SELF_OVERLAP),
+             "two elements of an output share memory (zero stride)");
 }
 
 /* Give tensor ti its own copies of shape and strides so a defect can be written in. */
@@ -271,7 +280,8 @@ static void plan_buffers(fz_case *c, int64_t need[FZ_MAX_BUF]) {
     if (!t->present || t->buf < 0) continue;
     if (t->data_off > need[t->buf]) need[t->buf] = t->data_off;
     if (!in->shape_ok || in->numel == 0 || in->end > FZ_CAP) continue;
-    if (!has_negative_stride(in, t->dl.ndim) && in->end > need[t->buf]) need[t->buf] = (int64_t)in->end;
+    if (!has_negative_stride(in, t->dl.ndim) && in->end > need[t->buf])
+      need[t->buf] = (int64_t)in->end;
   }
   for (int k = 0; k < c->n_buf; k++) need[k] += c->buf_slack[k];
 }
@@ -308,7 +318,8 @@ static int strides_nest(const fz_case *c, int ti) {
  * first byte is an in-place call with the wrong dtype or strides, anything else an alias. */
 static uint32_t overlap_status(const fz_case *c, int o, int j) {
   int same_start = c->t[o].buf == c->t[j].buf && c->info[o].rel == c->info[j].rel;
-  return o == dos_of(c) && j == 0 && same_start ? ST(ZGATE_ERR_INPLACE_MISMATCH) : ST(ZGATE_ERR_ALIAS);
+  int inplace = o == dos_of(c) && j == 0 && same_start;
+  return inplace ? ST(ZGATE_ERR_INPLACE_MISMATCH) : ST(ZGATE_ERR_ALIAS);
 }
 
 /* Exact memory relations, byte by byte (every tensor fits, numel small enough). */
@@ -343,7 +354,8 @@ FZ_NO_COVERAGE static void classify_memory(fz_case *c) {
   if (dos >= 0 && c->inplace_sem) shares[dos] &= (uint8_t)~1u;
   for (int o = c->n_in; o < c->n_t; o++)
     for (int j = 0; j < c->n_t; j++)
-      if (shares[o] & (1u << j)) mark(c, overlap_status(c, o, j), "an output shares memory with another tensor");
+      if (shares[o] & (1u << j))
+        mark(c, overlap_status(c, o, j), "an output shares memory with another tensor");
   /* What a conservative (interval-based) check may refuse: also with a reason above, as
    * zgate may find one of these first. */
   for (int o = c->n_in; o < c->n_t; o++) {
@@ -364,7 +376,8 @@ FZ_NO_COVERAGE static void classify_memory(fz_case *c) {
     for (int d = 0; d < nd && a->strides && b->strides; d++)
       if (a->strides[d] != b->strides[d]) same = 0;
     if (!same)
-      mark_odd(c, ST(ZGATE_ERR_INPLACE_MISMATCH) | ST(ZGATE_ERR_ALIAS), "in place by address, not by identical fields");
+      mark_odd(c, ST(ZGATE_ERR_INPLACE_MISMATCH) | ST(ZGATE_ERR_ALIAS),
+               "in place by address, not by identical fields");
   }
 }
 
@@ -400,7 +413,8 @@ void fz_analyze(fz_case *c) {
    * sharing memory (this also keeps the byte walk below small). */
   for (int o = c->n_in; o < c->n_t; o++)
     if (c->info[o].numel * c->info[o].elsize > c->buf_size[c->t[o].buf]) {
-      mark(c, ST(ZGATE_ERR_OUTPUT_SELF_OVERLAP), "two elements of an output share memory (pigeonhole)");
+      mark(c, ST(ZGATE_ERR_OUTPUT_SELF_OVERLAP),
+           "two elements of an output share memory (pigeonhole)");
       return;
     }
   classify_memory(c);
@@ -446,9 +460,10 @@ void fz_dump(const fz_case *c, int status) {
   static const char *ops[4] = {"zgate_bwd", "zgate_fwd", "zgate_bwd_reference", "zgate_fwd_reference"};
   char rank[16];
   dump_rank(c, rank, sizeof rank);
-  fprintf(stderr, "fuzz case: %s rank %s -> %d (%s), last_error \"%s\"\n", ops[c->op], rank, status,
-          zgate_status_str(status), zgate_last_error());
-  fprintf(stderr, "  harness: %s%s; statuses", c->definite ? "must fail: " : c->odd ? "may fail: " : "must succeed",
+  fprintf(stderr, "fuzz case: %s rank %s -> %d (%s), last_error \"%s\"\n", ops[c->op], rank,
+          status, zgate_status_str(status), zgate_last_error());
+  fprintf(stderr, "  harness: %s%s; statuses",
+          c->definite ? "must fail: " : c->odd ? "may fail: " : "must succeed",
           c->definite ? c->why : c->odd ? c->odd_why : "");
   for (int s = 0; s <= ZGATE_ERR_INTERNAL; s++)
     if (c->statuses & ST(s)) fprintf(stderr, " %d", s);

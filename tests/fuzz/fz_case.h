@@ -51,7 +51,8 @@ enum {
   FZ_R_SP = 7,       /* 4 bytes, little-endian: the layout's parameter sp */
   FZ_R_SPECIAL = 11, /* >= 224: one stride gets a special value */
   FZ_R_SPECIAL_AT = 12, /* (byte % 8) % ndim: which dim; byte >> 4: which value (k_strides) */
-  FZ_R_PLACE = 13,   /* < 208: buffer (% nbuf); 208..239: clone of an earlier tensor; >= 240: data NULL */
+  FZ_R_PLACE = 13,   /* < 208: buffer (% nbuf); 208..239: clone of an earlier tensor;
+                        >= 240: data NULL */
   FZ_R_DOFF = 14,    /* data pointer offset inside the buffer */
   FZ_R_BOFF = 15,    /* byte_offset */
   FZ_REC_BYTES = 16

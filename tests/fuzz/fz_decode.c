@@ -232,7 +232,8 @@ static void decode_opts(fz_case *c, uint8_t o1, uint8_t o2) {
   }
   if (c->opts.num_threads < 0) c->opts_bad = ZGATE_ERR_OPTIONS;
   else if (c->opts.cpu_isa && !zgate_cpu_isa_available(c->opts.cpu_isa))
-    c->opts_bad = ((o1 >> 3) & 7) <= 4 ? ZGATE_ERR_ISA_UNAVAILABLE : ZGATE_ERR_OPTIONS; /* a known name */
+    c->opts_bad = ((o1 >> 3) & 7) <= 4 ? ZGATE_ERR_ISA_UNAVAILABLE /* a name zgate knows */
+                                       : ZGATE_ERR_OPTIONS;
 }
 
 void fz_decode(fz_case *c, const uint8_t *data, size_t size) {

@@ -67,7 +67,8 @@ FZ_NO_COVERAGE void fz_fill_and_poison(fz_case *c) {
     if (neg) continue;
     uint64_t pb = poison_bits(in->dt);
     int64_t idx[ZGATE_MAX_NDIM];
-    for (int more = fz_index_first(nd, t->dl.shape, idx); more; more = fz_index_next(nd, t->dl.shape, idx))
+    const int64_t *n = t->dl.shape;
+    for (int more = fz_index_first(nd, n, idx); more; more = fz_index_next(nd, n, idx))
       memcpy(c->buf[t->buf] + fz_elem_off(in, nd, idx), &pb, (size_t)in->elsize);
   }
 }
@@ -78,13 +79,15 @@ static void print_index(int nd, const int64_t *idx) {
   fprintf(stderr, ")");
 }
 
-FZ_NO_COVERAGE const char *fz_check_success(const fz_case *c, unsigned char *const snap[FZ_MAX_BUF]) {
+FZ_NO_COVERAGE const char *fz_check_success(const fz_case *c,
+                                            unsigned char *const snap[FZ_MAX_BUF]) {
   const char *bad = NULL;
   const int bwd = c->n_t == 5, nd = c->ndim;
   uint8_t *cover[FZ_MAX_BUF] = {0};
   for (int k = 0; k < c->n_buf; k++) cover[k] = calloc(1, (size_t)c->buf_size[k] + 1);
   int64_t idx[ZGATE_MAX_NDIM];
-  for (int more = fz_index_first(nd, c->shape, idx); more; more = fz_index_next(nd, c->shape, idx)) {
+  const int64_t *n = c->shape;
+  for (int more = fz_index_first(nd, n, idx); more; more = fz_index_next(nd, n, idx)) {
     double in[3];
     for (int i = 0; i < c->n_in; i++) {
       const fz_info *fi = &c->info[i];
@@ -108,8 +111,8 @@ FZ_NO_COVERAGE const char *fz_check_success(const fz_case *c, unsigned char *con
         bad = why;
         fprintf(stderr, "element ");
         print_index(nd, idx);
-        fprintf(stderr, " of t%d: got %.17g, float64 formula %.17g, inputs dout %.9g z %.9g o %.9g\n",
-                out, got, ref, dout, z, o);
+        fprintf(stderr, " of t%d: got %.17g, float64 formula %.17g, inputs dout %.9g z %.9g"
+                " o %.9g\n", out, got, ref, dout, z, o);
       }
     }
   }
