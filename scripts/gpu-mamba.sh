@@ -11,10 +11,10 @@
 #   shipped   upstream's Mamba-3 SISO tests as shipped (tests/ops/triton/test_mamba3_siso*.py
 #             and the SISO cases of tests/modules/test_mamba3*.py)
 #   zgate     the same tests with zgate.torch.use_in_mamba_ssm() in force
-#             (bench/mamba_pytest_plugin.py; a run where no call reached zgate fails)
+#             (tests/mamba/mamba_pytest_plugin.py; a run where no call reached zgate fails)
 #   compare   the error figures the tests print, the two runs side by side (from
 #             build/gpu-mamba/{shipped,zgate}.err: this stage needs no GPU)
-#   layer     bench/mamba_layer_check.py: the Mamba3 module's gradients against upstream's and
+#   layer     tests/mamba/mamba_layer_check.py: the Mamba3 module's gradients against upstream's and
 #             a float32 reference, the gate's errors and its share of the backward time, at
 #             bf16, batch 2, seqlen 2048, 24 heads, headdim 64/128/80/96 (LAYER_ARGS adds
 #             arguments, e.g. "--in-process --rep 10")
@@ -69,11 +69,11 @@ compare() { # the error lines of both runs, which come in the same order
 export -f upstream_tests compare
 
 stage build 180 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD --target zgate zgate_python -j 16'
-gpu_python_package && export PYTHONPATH=$PYTHONPATH:$PWD/bench:$MAMBA
+gpu_python_package && export PYTHONPATH=$PYTHONPATH:$PWD/tests/mamba:$MAMBA
 stage shipped "${SHIPPED_S:-300}" 'ZGATE_MAMBA=0 upstream_tests shipped'
 stage zgate "${ZGATE_S:-240}" 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare
-stage layer 520 'python3 bench/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
+stage layer 520 'python3 tests/mamba/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
 
 for f in shipped zgate compare layer; do
   [ -f "$OUT/$f.log" ] || continue

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Stage: the libFuzzer target on zgate's API validation (fuzz/, docs/reliability.md).
+# Stage: the libFuzzer target on zgate's API validation, calls of every rank 0..8 and beyond
+# (tests/fuzz/, docs/reliability.md).
 # clang build with -DZGATE_FUZZ=ON, ASan + UBSan on the library and the harness, no CUDA
 # (CUDA tensors are fuzzed as validation only). First the committed seed corpus is replayed
 # as a ctest test (fuzz_corpus_replay), then the fuzzer runs for ZGATE_FUZZ_SECONDS (60)
 # from a copy of the corpus in a temporary folder, so nothing is written into the repo.
 # Any crash, leak, sanitizer report or harness contract violation fails the stage; the
-# failing input is kept under build/ci-fuzz/artifacts/ and printed in base64.
+# failing input is kept under build/ci-fuzz/artifacts/ and printed in base64. Last, a table
+# of the run's corpus by rank.
 # Needs clang's runtime (Debian libclang-rt-14-dev). Own build dir: build/ci-fuzz.
 # Budget: about 3 min on 2 cores (build ~1 min, replay seconds, fuzzing 60 s).
 set -euo pipefail
@@ -24,11 +26,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$build/artifacts"
-cp fuzz/corpus/* "$work/corpus/"
+cp tests/fuzz/corpus/* "$work/corpus/"
 log="$build/fuzz.log"
-echo "60-fuzz: fuzzing for ${seconds} s from $(ls fuzz/corpus | wc -l) seeds (log: $log)"
+echo "60-fuzz: fuzzing for ${seconds} s from $(ls tests/fuzz/corpus | wc -l) seeds (log: $log)"
 rc=0
-timeout $((seconds + 120)) "$build/fuzz/zgate_fuzz_api" "$work/corpus" \
+timeout $((seconds + 120)) "$build/tests/fuzz/zgate_fuzz_api" "$work/corpus" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=512 \
   -artifact_prefix="$build/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
 grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
@@ -39,3 +41,10 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 echo "60-fuzz: no crash, leak, sanitizer report or contract violation in ${seconds} s"
+# What the run covered: its corpus replayed, each case counted by the call's rank ("mixed":
+# tensors of different ndim) and by whether zgate accepted it.
+echo "60-fuzz: the run's corpus by rank"
+printf '%10s %9s %9s\n' rank accepted refused
+ZGATE_FUZZ_VERBOSE=1 "$build/tests/fuzz/zgate_fuzz_replay" "$work/corpus" 2>&1 >/dev/null |
+  awk '/^fuzz case:/ { seen[$5] = 1; if ($7 == "0") ok[$5]++; else no[$5]++ }
+       END { for (r in seen) printf "%10s %9d %9d\n", r, ok[r], no[r] }' | sort -g

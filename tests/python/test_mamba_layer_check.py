@@ -1,7 +1,7 @@
-"""bench/mamba_layer_check.py on the CPU, on a stand-in mamba checkout written into a temporary
-folder (upstream's code is never in this repository): a tiny Mamba3 module whose gate backward
-calls compute_dzdo, imported by name as upstream does, and a float32 reference of its scan
-where upstream's test file keeps mamba3_siso_fwd_ref. The real run needs a GPU
+"""tests/mamba/mamba_layer_check.py on the CPU, on a stand-in mamba checkout written into a
+temporary folder (upstream's code is never in this repository): a tiny Mamba3 module whose gate
+backward calls compute_dzdo, imported by name as upstream does, and a float32 reference of its
+scan where upstream's test file keeps mamba3_siso_fwd_ref. The real run needs a GPU
 (scripts/gpu-mamba.sh); this keeps the script's plumbing and verdicts from rotting."""
 import json
 import os
@@ -15,8 +15,8 @@ if not hasattr(torch.library, "custom_op"):
     pytest.skip("PyTorch %s predates torch.library.custom_op (2.4)" % torch.__version__,
                 allow_module_level=True)
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
-sys.path.insert(0, BENCH)
+MAMBA_TESTS = os.path.join(os.path.dirname(__file__), "..", "mamba")
+sys.path.insert(0, MAMBA_TESTS)
 import mamba_layer_check  # noqa: E402
 
 # upstream's compute_dzdo, made 1% off in dz so that the gate check has something to find
