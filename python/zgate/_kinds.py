@@ -1,21 +1,22 @@
 """How zgate._binding reads each array type and makes new outputs like it: chosen once per
 type by classify(type), which answers a tuple
 
-    (mode, exchange capsule, like, written, fallback, stream, alt, mutable, cpu_only)
+    (mode, exchange capsule, like, written, fallback, stream, alt, mutable)
 
-mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API of the type),
-          BUFFER (the buffer protocol: NumPy), DLPACK (__dlpack__ capsules), FALLBACK (the
-          type's calls go to `fallback`: PyTorch subclasses that dispatch their own operators)
-like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x
+mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API of the type:
+          PyTorch), BUFFER (the buffer protocol: NumPy), CAI (the CUDA Array Interface: CuPy,
+          Numba...), DLPACK (__dlpack__ capsules), FALLBACK (the type's calls go to
+          `fallback`: PyTorch subclasses that dispatch their own operators)
+like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x; or None
 written   called with a given output after the library wrote into it (PyTorch's version
           counter), or None
 fallback  fallback(op, *args) for arrays on devices the library does not serve (an NPU), or
           NotImplemented where it does not take the call either
-stream    stream(device_id): the consumer's current CUDA stream (DLPACK mode), or None for
+stream    stream(device_id): the framework's current CUDA stream (DLPACK mode), or None for
           the legacy default stream
 alt       BUFFER: the bits of an array the buffer protocol refuses (bfloat16 as uint16);
           DLPACK: the object to export instead of the array (a detached PyTorch tensor)
-mutable   whether outputs may be given; cpu_only: no device query needed
+mutable   whether outputs may be given
 """
 import math
 import sys
@@ -23,39 +24,38 @@ import sys
 from ._binding import address
 from ._errors import Error
 
-EXCHANGE, BUFFER, DLPACK, FALLBACK = range(4)
+EXCHANGE, BUFFER, CAI, DLPACK, FALLBACK = range(5)
 ALIGN = 64   # bytes: new CPU outputs start on a cache line
-_np = None   # numpy, once an array of it is seen
+_np = _cupy = None   # the modules, once an array of theirs is seen
 
 
 def classify(t):
-    m = sys.modules
-    np, torch, cupy, jax = (m.get(n) for n in ("numpy", "torch", "cupy", "jax"))
+    global _np, _cupy
+    np, torch, cupy, jax = (sys.modules.get(n) for n in ("numpy", "torch", "cupy", "jax"))
     if np is not None and issubclass(t, np.ndarray):
-        global _np
         _np = np
-        return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True, True)
+        return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True)
     if torch is not None and issubclass(t, torch.Tensor):
         return _torch(t, torch)
-    if cupy is not None and issubclass(t, cupy.ndarray):
-        return _dlpack(t, (_cupy_like, None), _cupy_stream, True)
-    if jax is not None and issubclass(t, jax.Array):
-        return _dlpack(t, (_jax_like, None), None, False)
+    if jax is not None and issubclass(t, jax.Array):   # it has the CUDA Array Interface on GPUs
+        return (DLPACK, None, (_jax_like, None), None, None, None, None, False)
+    api = _exchange_api(t)
+    if api is not None:
+        return (EXCHANGE, api, None, None, None, None, None, True)
+    if hasattr(t, "__cuda_array_interface__"):
+        if cupy is not None and issubclass(t, cupy.ndarray):
+            _cupy = cupy
+            return (CAI, None, (_cupy_like, None), None, None, None, None, True)
+        return (CAI, None, None, None, None, None, None, True)
     if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
-        return _dlpack(t, (_dlpack_like, None), None, True)
-    raise Error(None, "expected an array that speaks DLPack (NumPy, PyTorch, CuPy, JAX...), "
-                "got %s" % t.__name__)
+        return (DLPACK, None, (_dlpack_like, None), None, None, None, None, True)
+    raise Error(None, "expected an array that speaks DLPack or the CUDA Array Interface "
+                "(NumPy, PyTorch, CuPy, JAX...), got %s" % t.__name__)
 
 
 def _exchange_api(t):
     return getattr(t, "__dlpack_c_exchange_api__", None) or getattr(
         t, "__c_dlpack_exchange_api__", None)
-
-
-def _dlpack(t, like, stream, mutable):
-    api = _exchange_api(t)
-    return (EXCHANGE if api is not None else DLPACK, api, like, None, None, stream, None,
-            mutable, False)
 
 
 def aligned_empty(shape, dtype):
@@ -90,14 +90,13 @@ def _dlpack_like(x):
 
 
 def _cupy_like(x):
-    import cupy
-    with cupy.cuda.Device(x.device.id):
-        return cupy.empty(x.shape, x.dtype)
-
-
-def _cupy_stream(device_id):
-    import cupy
-    return cupy.cuda.get_current_stream(device_id).ptr
+    """CuPy allocates on the current device (from its pool for the current stream, the one
+    the call runs on): a Device context only where x is on another."""
+    dev = x.data.device_id
+    if dev == _cupy.cuda.runtime.getDevice():
+        return _cupy.ndarray(x.shape, x.dtype)
+    with _cupy.cuda.Device(dev):
+        return _cupy.ndarray(x.shape, x.dtype)
 
 
 def _jax_like(x):
@@ -107,17 +106,16 @@ def _jax_like(x):
 
 
 def _torch(t, torch):
-    fallback = _torch_fallback
     if (t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__   # DTensor and the like
             or t.device is not torch.Tensor.device):   # a device its DLPack view may not show
-        return (FALLBACK, None, None, None, fallback, None, None, True, False)
+        return (FALLBACK, None, None, None, _torch_fallback, None, None, True)
     like = (torch.empty_like, {"memory_format": torch.contiguous_format})
     written = getattr(torch.autograd.graph, "increment_version", None)
     api = _exchange_api(t)
     # without the exchange API (an older PyTorch): __dlpack__ of a detached alias (it refuses
     # a tensor that requires grad), on PyTorch's current stream
-    return (EXCHANGE if api is not None else DLPACK, api, like, written, fallback,
-            _torch_stream, t.detach, True, False)
+    return (EXCHANGE if api is not None else DLPACK, api, like, written, _torch_fallback,
+            _torch_stream, t.detach, True)
 
 
 def _torch_stream(device_id):
