@@ -52,10 +52,8 @@ typedef struct dl_api_header {
 } dl_api_header;
 typedef struct {
   dl_api_header header;
-  void *allocator;
-  int (*managed_from_py)(void *, dl_managed_v **);
-  void *to_py;
-  int (*dltensor_from_py)(void *, DLTensor *); /* may be NULL */
+  void *allocator, *managed_from_py, *to_py;
+  int (*dltensor_from_py)(void *, DLTensor *); /* optional: NULL where not offered */
   int (*current_stream)(int, int32_t, void **);
 } dl_exchange_api;
 
@@ -125,16 +123,15 @@ static void kind_free(PyObject *cap) {
 }
 
 /* The exchange API of a capsule, or NULL (no exception) where it is not one we read: major
- * version 1 (an older one down the chain of a newer), the two entries we call present. */
+ * version 1 (an older one down the chain of a newer), the two entries we call present (a
+ * producer without dltensor_from_py is read through __dlpack__). */
 static const dl_exchange_api *exchange_api(PyObject *cap) {
   if (!cap || !PyCapsule_IsValid(cap, "dlpack_exchange_api")) return NULL;
   const dl_api_header *h = PyCapsule_GetPointer(cap, "dlpack_exchange_api");
   while (h && h->version.major > 1) h = h->prev;
   const dl_exchange_api *api = (const dl_exchange_api *)h;
-  if (!api || api->header.version.major != 1 || !api->current_stream ||
-      (!api->dltensor_from_py && !api->managed_from_py))
-    return NULL;
-  return api;
+  return api && api->header.version.major == 1 && api->current_stream && api->dltensor_from_py
+             ? api : NULL;
 }
 
 /* The Kind of x's type: cached, else built from zgate._kinds.classify(type). */
@@ -286,7 +283,7 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
 }
 
 static PyObject *s_dlpack, *s_dlpack_device, *kw_mv, *kw_mv_stream, *kw_stream, *max_version;
-static PyObject *s_cai, *s_shape, *s_typestr, *s_strides, *s_data, *s_mask, *s_stream;
+static PyObject *s_cai, *cai_keys[6]; /* "shape", "typestr", "data" (required), "strides", "mask", "stream" */
 
 /* x.__dlpack__(max_version=(1, 0)[, stream=]) or, from a 0.x producer (TypeError),
  * x.__dlpack__([stream=]). */
@@ -355,15 +352,7 @@ static int view_dlpack(View *v, Kind *k, PyObject *x, const char *name, int outp
 }
 
 static int view_exchange(View *v, Kind *k, PyObject *x, Call *c) {
-  if (k->api->dltensor_from_py) {
-    if (k->api->dltensor_from_py(x, &v->t)) return -1;
-  } else {
-    dl_managed_v *m = NULL;
-    if (k->api->managed_from_py(x, &m)) return -1;
-    v->managed = m;
-    v->versioned = 1;
-    v->t = m->dl_tensor;
-  }
+  if (k->api->dltensor_from_py(x, &v->t)) return -1;
   if (!is_cuda_like((int)v->t.device.device_type) || c->stream_known) return 0;
   return kind_stream(k, v->t.device.device_id, c);
 }
@@ -408,17 +397,14 @@ static int view_cai(View *v, Kind *k, PyObject *x, const char *name, int output,
   if (!d) return -1;
   int r = -1, named = 0, ndim, readonly;
   void *stream = NULL;
-  PyObject *shape = NULL, *ts = NULL, *data = NULL, *strides = NULL, *mask = NULL, *st = NULL;
-  if (PyDict_Check(d)) {
-    shape = PyDict_GetItemWithError(d, s_shape);
-    ts = shape ? PyDict_GetItemWithError(d, s_typestr) : NULL;
-    data = ts ? PyDict_GetItemWithError(d, s_data) : NULL;
-    if (data && !(strides = PyDict_GetItemWithError(d, s_strides)) && !PyErr_Occurred()) strides = Py_None;
-    if (strides && !(mask = PyDict_GetItemWithError(d, s_mask)) && !PyErr_Occurred()) mask = Py_None;
-    if (mask && !(st = PyDict_GetItemWithError(d, s_stream)) && !PyErr_Occurred()) st = Py_None;
-    if (PyErr_Occurred()) goto out;
-  }
-  if (!st || !PyTuple_Check(shape) || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
+  PyObject *f[6] = {NULL}; /* as cai_keys; the optional ones None where absent */
+  for (int i = 0; i < 6 && PyDict_Check(d); i++)
+    if (!(f[i] = PyDict_GetItemWithError(d, cai_keys[i]))) {
+      if (PyErr_Occurred()) goto out;
+      if (i >= 3) f[i] = Py_None;
+    }
+  PyObject *shape = f[0], *ts = f[1], *data = f[2], *strides = f[3], *mask = f[4], *st = f[5];
+  if (!shape || !ts || !data || !PyTuple_Check(shape) || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
       (strides != Py_None && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))) {
     fail(-1, "%s: its __cuda_array_interface__ is not one: a dict with 'shape' (a tuple), "
          "'typestr', 'data' ((pointer, read_only)) and 'strides' (None or a tuple as long as "
@@ -607,23 +593,6 @@ static PyObject *shape_of(const DLTensor *t) {
   return s;
 }
 
-/* A call of a[0]'s fallback in place of one it cannot serve: its answer, or NULL with the
- * exception already set where it does not take the call either (NotImplemented). */
-static PyObject *fall_back(Kind *k, int op, PyObject *const *a, Py_ssize_t n) {
-  PyObject *et, *ev, *tb;
-  PyErr_Fetch(&et, &ev, &tb);
-  PyObject *r = to_fallback(k, kOpName[op], a, n);
-  if (r == Py_NotImplemented) {
-    Py_CLEAR(r);
-    PyErr_Restore(et, ev, tb);
-    return NULL;
-  }
-  Py_XDECREF(et);
-  Py_XDECREF(ev);
-  Py_XDECREF(tb);
-  return r;
-}
-
 /* One call: op on the inputs a[0..nin) into the outputs a[nin..nin+nout) (None: new).
  * inplace (bwd): dout is dout_scaled. n: the count of a (the call's own, for a fallback). */
 static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout, int inplace,
@@ -639,17 +608,27 @@ static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout
   if (!k0) return NULL;
   for (int i = 0; i < nin; i++) obj[i] = a[i];
   for (; viewed < nin; viewed++) {
-    if (view_of(&v[viewed], a[viewed], names[viewed], viewed == 0 && inplace, &c)) {
-      /* a device the producer cannot describe: its fallback's turn */
-      if (viewed == 0 && !ref && k0->fallback != Py_None) result = fall_back(k0, op, a, n);
-      goto done;
+    int bad = view_of(&v[viewed], a[viewed], names[viewed], viewed == 0 && inplace, &c), d;
+    if (viewed == 0 && !ref && k0->fallback != Py_None &&
+        (bad || ((d = (int)v[0].t.device.device_type) != DEV_CPU && d != DEV_CUDA &&
+                 d != DEV_CUDA_HOST && d != DEV_CUDA_MANAGED))) {
+      /* a device the producer cannot describe or the library does not serve (an NPU): the
+       * fallback's turn; where it declines (NotImplemented), the call goes on to its error */
+      PyObject *et, *ev, *tb;
+      PyErr_Fetch(&et, &ev, &tb);
+      result = to_fallback(k0, kOpName[op], a, n);
+      if (result == Py_NotImplemented) {
+        Py_CLEAR(result);
+        PyErr_Restore(et, ev, tb);
+      } else {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        viewed = !bad;
+        goto done;
+      }
     }
-    const int d = (int)v[0].t.device.device_type;
-    if (viewed == 0 && !ref && k0->fallback != Py_None && d != DEV_CPU && d != DEV_CUDA &&
-        d != DEV_CUDA_HOST && d != DEV_CUDA_MANAGED) { /* an NPU tensor, say: served elsewhere */
-      release(&v[0]);
-      return to_fallback(k0, kOpName[op], a, n);
-    }
+    if (bad) goto done;
   }
   for (int i = nin; i < nt; i++) {
     if (inplace && i == 4) continue;
@@ -855,9 +834,9 @@ PyMODINIT_FUNC PyInit__binding(void) {
       !(kw_mv_stream = Py_BuildValue("(ss)", "max_version", "stream")) ||
       !(kw_stream = Py_BuildValue("(s)", "stream")) || !(max_version = Py_BuildValue("(ii)", 1, 0)))
     return NULL;
-  PyObject **keys[] = {&s_cai, &s_shape, &s_typestr, &s_strides, &s_data, &s_mask, &s_stream};
-  const char *words[] = {"__cuda_array_interface__", "shape", "typestr", "strides", "data", "mask", "stream"};
-  for (int i = 0; i < 7; i++)
-    if (!(*keys[i] = PyUnicode_InternFromString(words[i]))) return NULL;
+  static const char *const keys[] = {"shape", "typestr", "data", "strides", "mask", "stream"};
+  for (int i = 0; i < 6; i++)
+    if (!(cai_keys[i] = PyUnicode_InternFromString(keys[i]))) return NULL;
+  if (!(s_cai = PyUnicode_InternFromString("__cuda_array_interface__"))) return NULL;
   return PyModule_Create(&module);
 }

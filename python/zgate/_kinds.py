@@ -38,7 +38,8 @@ def classify(t):
     if torch is not None and issubclass(t, torch.Tensor):
         return _torch(t, torch)
     if jax is not None and issubclass(t, jax.Array):   # it has the CUDA Array Interface on GPUs
-        return (DLPACK, None, (_jax_like, None), None, None, None, None, False)
+        # immutable, and a call led by a JAX array goes to zgate._jax: no outputs made here
+        return (DLPACK, None, None, None, None, None, None, False)
     api = _exchange_api(t)
     if api is not None:
         return (EXCHANGE, api, None, None, None, None, None, True)
@@ -58,21 +59,20 @@ def _exchange_api(t):
         t, "__c_dlpack_exchange_api__", None)
 
 
-def aligned_empty(shape, dtype):
+def _aligned(shape, dtype, nbytes):
     """A new C-ordered NumPy array whose data starts on an ALIGN-byte boundary."""
-    import numpy as np
-    dtype = np.dtype(dtype)
-    buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN, np.uint8)
-    return np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
+    buf = _np.empty(nbytes + ALIGN, _np.uint8)
+    return _np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
 
 
 def _numpy_like(x):
-    buf = _np.empty(x.nbytes + ALIGN, _np.uint8)
-    return _np.ndarray(x.shape, x.dtype, buf, -address(buf) % ALIGN)
+    return _aligned(x.shape, x.dtype, x.nbytes)
 
 
 def reference_like(shape):
-    return aligned_empty(shape, "float64")
+    global _np
+    import numpy as _np
+    return _aligned(shape, _np.float64, 8 * math.prod(shape))
 
 
 def _bfloat16_bits(x):
@@ -81,12 +81,12 @@ def _bfloat16_bits(x):
 
 def _dlpack_like(x):
     """A new NumPy output like another producer's CPU array."""
-    import numpy as np
     if x.__dlpack_device__()[0] != 1:
         raise Error(None, "cannot make outputs like a %s on device %s; pass them"
                     % (type(x).__name__, tuple(x.__dlpack_device__())))
-    a = np.from_dlpack(x)
-    return aligned_empty(a.shape, a.dtype)
+    global _np
+    import numpy as _np
+    return _numpy_like(_np.from_dlpack(x))
 
 
 def _cupy_like(x):
@@ -97,12 +97,6 @@ def _cupy_like(x):
         return _cupy.ndarray(x.shape, x.dtype)
     with _cupy.cuda.Device(dev):
         return _cupy.ndarray(x.shape, x.dtype)
-
-
-def _jax_like(x):
-    """Never needed by zgate.bwd/fwd, which send a call led by a JAX array to zgate._jax (XLA's
-    FFI); the binding reads JAX arrays only as inputs of other kinds' calls (CPU, DLPack)."""
-    raise Error(None, "outputs like a JAX array are made by XLA: call zgate.bwd/fwd (zgate._jax)")
 
 
 def _torch(t, torch):
