@@ -472,6 +472,8 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
   memset(v, 0, sizeof *v);
   Kind *k = kind_of(x);
   if (!k) return -1;
+  if (output && !k->mutable_)
+    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, Py_TYPE(x)->tp_name), -1;
   int r;
   switch (k->mode) {
   case M_EXCHANGE: r = view_exchange(v, k, x, c); break;
@@ -486,16 +488,19 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
     PyErr_NormalizeException(&t, &cause, &tb);
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
-    fail(-1, "%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
-         lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
-    Py_XDECREF(why);
+    PyObject *msg = PyUnicode_FromFormat("%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
+                                         lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
+    PyObject *e = msg ? PyObject_CallFunctionObjArgs(Error, Py_None, msg, NULL) : NULL;
+    if (e) {
+      PyException_SetCause(e, cause); /* steals cause */
+      PyErr_SetObject(Error, e);
+    } else {
+      Py_XDECREF(cause);
+    }
+    Py_XDECREF(e);
+    Py_XDECREF(msg);
     Py_XDECREF(lines);
-    PyObject *t2, *e, *tb2;
-    PyErr_Fetch(&t2, &e, &tb2);
-    PyErr_NormalizeException(&t2, &e, &tb2);
-    if (e) PyException_SetCause(e, cause); /* steals cause */
-    else Py_XDECREF(cause);
-    PyErr_Restore(t2, e, tb2);
+    Py_XDECREF(why);
     Py_XDECREF(t);
     Py_XDECREF(tb);
   }
@@ -606,6 +611,7 @@ static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout
   Call c = {NULL, 0, -1};
   Kind *k0 = kind_of(a[0]);
   if (!k0) return NULL;
+  if (k0->mode == M_FALLBACK && !ref) return to_fallback(k0, kOpName[op], a, n);
   for (int i = 0; i < nin; i++) obj[i] = a[i];
   for (; viewed < nin; viewed++) {
     int bad = view_of(&v[viewed], a[viewed], names[viewed], viewed == 0 && inplace, &c), d;
@@ -678,32 +684,14 @@ static int nargs_is(const char *f, Py_ssize_t got, Py_ssize_t want) {
   return 0;
 }
 
-/* Whether the call goes ahead here: a[0]'s kind takes it and may be given the outputs
- * (given: outputs named, what); else *r is the FALLBACK kind's answer, or NULL. */
-static int takes_call(int op, PyObject *const *a, Py_ssize_t n, int given, const char *what,
-                      PyObject **r) {
-  Kind *k = kind_of(a[0]);
-  *r = NULL;
-  if (k && k->mode == M_FALLBACK) *r = to_fallback(k, kOpName[op], a, n);
-  else if (k && given && !k->mutable_)
-    fail(-1, "%s arrays are immutable: outputs (%s) cannot be given for them",
-         Py_TYPE(a[0])->tp_name, what);
-  else return k != NULL;
-  return 0;
-}
-
 /* bwd(dout, z, o, dz, dout_scaled, inplace, num_threads) -> (dz, dout_scaled) */
 static PyObject *py_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   int threads, inplace;
-  PyObject *r;
   if (!nargs_is("bwd", n, 7) || threads_of(a[6], &threads) || flag_of(a[5], "inplace", &inplace))
     return NULL;
   if (inplace && a[4] != Py_None && a[4] != a[0])
     return fail(-1, "inplace=True writes dout_scaled into dout; do not pass dout_scaled as well");
-  if (!takes_call(OP_BWD, a, n, inplace || a[3] != Py_None || a[4] != Py_None,
-                  "dz=, dout_scaled=, inplace=", &r))
-    return r;
   return run(OP_BWD, a, n, 3, 2, inplace, threads);
 }
 
@@ -711,9 +699,7 @@ static PyObject *py_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 static PyObject *py_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   int threads;
-  PyObject *r;
   if (!nargs_is("fwd", n, 4) || threads_of(a[3], &threads)) return NULL;
-  if (!takes_call(OP_FWD, a, n, a[2] != Py_None, "out=", &r)) return r;
   return run(OP_FWD, a, n, 2, 1, 0, threads);
 }
 

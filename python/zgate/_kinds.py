@@ -3,10 +3,9 @@ type by classify(type), which answers a tuple
 
     (mode, exchange capsule, like, written, fallback, stream, alt, mutable)
 
-mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API of the type:
-          PyTorch), BUFFER (the buffer protocol: NumPy), CAI (the CUDA Array Interface: CuPy,
-          Numba...), DLPACK (__dlpack__ capsules), FALLBACK (the type's calls go to
-          `fallback`: PyTorch subclasses that dispatch their own operators)
+mode      how an array is read, as binding.c describes: EXCHANGE (PyTorch), BUFFER (NumPy),
+          CAI (CuPy, Numba...), DLPACK (others), FALLBACK (PyTorch subclasses with their own
+          dispatch: their calls go to `fallback`)
 like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x; or None
 written   called with a given output after the library wrote into it (PyTorch's version
           counter), or None

@@ -352,3 +352,17 @@ def test_cuda_array_interface_one_stream_a_call():
     with pytest.raises(zgate.Error):
         zgate.bwd(s5[0], raw, s5[2], dz=s5[3], dout_scaled=s5[4])
     assert raw.exports == [dict(max_version=(1, 0))], raw.exports
+
+
+def test_immutable_arrays_are_not_written(rng):
+    """A JAX array given as an output of a call led by a NumPy array is refused, untouched
+    (JAX arrays are immutable); as an input it is read."""
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    j = jax.device_put(np.full_like(a, 7.0), jax.devices("cpu")[0])
+    with pytest.raises(zgate.Error, match="dz is a .*, an immutable array: it cannot be written"):
+        zgate.bwd(a, a, a, dz=j, dout_scaled=np.empty_like(a))
+    with pytest.raises(zgate.Error, match="out is a .*, an immutable array"):
+        zgate.fwd(a, a, out=j)
+    assert (np.asarray(j) == 7.0).all()
+    assert np.array_equal(zgate.fwd(a, j), zgate.fwd(a, np.asarray(j)))
