@@ -283,7 +283,9 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
 }
 
 static PyObject *s_dlpack, *s_dlpack_device, *kw_mv, *kw_mv_stream, *kw_stream, *max_version;
-static PyObject *s_cai, *cai_keys[6]; /* "shape", "typestr", "data" (required), "strides", "mask", "stream" */
+/* "__cuda_array_interface__"; its keys "shape", "typestr", "data" (required), "strides", "mask",
+ * "stream" */
+static PyObject *s_cai, *cai_keys[6];
 
 /* x.__dlpack__(max_version=(1, 0)[, stream=]) or, from a 0.x producer (TypeError),
  * x.__dlpack__([stream=]). */
@@ -404,8 +406,9 @@ static int view_cai(View *v, Kind *k, PyObject *x, const char *name, int output,
       if (i >= 3) f[i] = Py_None;
     }
   PyObject *shape = f[0], *ts = f[1], *data = f[2], *strides = f[3], *mask = f[4], *st = f[5];
-  if (!shape || !ts || !data || !PyTuple_Check(shape) || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
-      (strides != Py_None && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))) {
+  if (!shape || !ts || !data || !PyTuple_Check(shape) || !PyTuple_Check(data) ||
+      PyTuple_GET_SIZE(data) != 2 || (strides != Py_None && (!PyTuple_Check(strides) ||
+                                      PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))) {
     fail(-1, "%s: its __cuda_array_interface__ is not one: a dict with 'shape' (a tuple), "
          "'typestr', 'data' ((pointer, read_only)) and 'strides' (None or a tuple as long as "
          "'shape')", name);
@@ -430,8 +433,9 @@ static int view_cai(View *v, Kind *k, PyObject *x, const char *name, int output,
     /* what the dict cannot give: the data ready on the call's stream, or a dtype's name */
     if (!PyObject_HasAttr(x, s_dlpack)) {
       if (named && c->stream_known && stream != c->stream)
-        fail(-1, "%s: its __cuda_array_interface__ names CUDA stream %p, the call runs on %p "
-             "(named first); zgate runs a call on one stream", name, stream, c->stream);
+        fail(-1, "%s: its __cuda_array_interface__ names CUDA stream %p, an earlier array %p "
+             "(1: the legacy default stream); zgate runs a call on one stream", name,
+             stream ? stream : (void *)1, c->stream ? c->stream : (void *)1);
       else
         fail(ZGATE_ERR_DTYPE, "%s: typestr %R is not one zgate reads ('<f4', '<f2'..., "
              "little-endian numbers; bfloat16 through __dlpack__)", name, ts);
@@ -488,8 +492,9 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
     PyErr_NormalizeException(&t, &cause, &tb);
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
-    PyObject *msg = PyUnicode_FromFormat("%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
-                                         lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
+    PyObject *msg = PyUnicode_FromFormat("%s: could not read %s as an array: %S", name,
+                                         Py_TYPE(x)->tp_name, lines && PyList_GET_SIZE(lines)
+                                                                  ? PyList_GET_ITEM(lines, 0) : Py_None);
     PyObject *e = msg ? PyObject_CallFunctionObjArgs(Error, Py_None, msg, NULL) : NULL;
     if (e) {
       PyException_SetCause(e, cause); /* steals cause */
