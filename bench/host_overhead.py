@@ -9,15 +9,16 @@ For each implementation, `calls` back-to-back calls are timed twice in one run:
   wall us/call  time until the device has *finished* the last call, divided by the calls.
 Each figure is the median of `repeats` runs (and the minimum), after a warm-up (and
 compilation), net of an empty loop; the rows are timed in turns within each repeat, so that a
-change in the host's speed touches them all alike. Two columns read each row's host time against
-one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any op, and
-against zgate.bwd on PyTorch tensors (with given outputs for rows with given outputs, new
+change in the host's speed touches them all alike. Two columns read each row's host time
+against one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any
+op, and against zgate.bwd on PyTorch tensors (given outputs for rows with given outputs, new
 ones otherwise).
 Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
 torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
-NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed) of the same shape; and the
-original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names a folder holding
-mamba3/ (a copy of mamba_ssm/ops/triton/mamba3) or a mamba checkout.
+NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed; and cupy.negative, CuPy's
+own floor) of the same shape; and the original Triton compute_dzdo when --orig (or env
+ZGATE_ORIG_MAMBA3) names a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3)
+or a mamba checkout.
 NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
 has none either: its rows are float16 then.
 """
@@ -90,9 +91,13 @@ def _other_framework_rows(dev, shape, dtype_name, host):
         d, z, o = (cupy.asarray(a).astype(dt) for a in host)
         dz, ds = cupy.empty_like(d), cupy.empty_like(d)
         name = "CuPy " + dt
-    return [("zgate.bwd, %s, new outputs" % name, lambda: zgate.bwd(d, z, o)),
+    rows = [("zgate.bwd, %s, new outputs" % name, lambda: zgate.bwd(d, z, o)),
             ("zgate.bwd, %s, given outputs" % name,
              lambda: zgate.bwd(d, z, o, dz=dz, dout_scaled=ds))]
+    if dev.type == "cuda":
+        rows.append(("CuPy's floor: cupy.negative(dout) (one output, one launch)",
+                     lambda: cupy.negative(d)))
+    return rows
 
 
 def main(argv=None):
