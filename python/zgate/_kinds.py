@@ -1,7 +1,5 @@
 """How zgate._binding reads each array type and makes new outputs like it: chosen once per
-type by classify(type), which answers a tuple
-
-    (mode, exchange capsule, like, written, fallback, stream, alt, mutable)
+type by classify(type), which answers the tuple of _kind's arguments:
 
 mode      how an array is read, as binding.c describes: EXCHANGE (PyTorch), BUFFER (NumPy),
           CAI (CuPy, Numba...), DLPACK (others), FALLBACK (PyTorch subclasses with their own
@@ -15,7 +13,8 @@ stream    stream(device_id): the framework's current CUDA stream (DLPACK mode), 
           the legacy default stream
 alt       BUFFER: the bits of an array the buffer protocol refuses (bfloat16 as uint16);
           DLPACK: the object to export instead of the array (a detached PyTorch tensor)
-mutable   whether outputs may be given
+mutable   whether it may be written (given as an output)
+api       EXCHANGE: the type's DLPack C exchange API capsule
 """
 import math
 import sys
@@ -28,27 +27,31 @@ ALIGN = 64   # bytes: new CPU outputs start on a cache line
 _np = _cupy = None   # the modules, once an array of theirs is seen
 
 
+def _kind(mode, like=None, written=None, fallback=None, stream=None, alt=None, mutable=True,
+          api=None):
+    return (mode, api, like, written, fallback, stream, alt, mutable)   # as binding.c parses it
+
+
 def classify(t):
     global _np, _cupy
     np, torch, cupy, jax = (sys.modules.get(n) for n in ("numpy", "torch", "cupy", "jax"))
     if np is not None and issubclass(t, np.ndarray):
         _np = np
-        return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True)
+        return _kind(BUFFER, like=(_numpy_like, None), alt=_bfloat16_bits)
     if torch is not None and issubclass(t, torch.Tensor):
         return _torch(t, torch)
     if jax is not None and issubclass(t, jax.Array):   # it has the CUDA Array Interface on GPUs
         # immutable, and a call led by a JAX array goes to zgate._jax: no outputs made here
-        return (DLPACK, None, None, None, None, None, None, False)
-    api = _exchange_api(t)
-    if api is not None:
-        return (EXCHANGE, api, None, None, None, None, None, True)
+        return _kind(DLPACK, mutable=False)
+    if (api := _exchange_api(t)) is not None:
+        return _kind(EXCHANGE, api=api)
     if hasattr(t, "__cuda_array_interface__"):
         if cupy is not None and issubclass(t, cupy.ndarray):
             _cupy = cupy
-            return (CAI, None, (_cupy_like, None), None, None, None, None, True)
-        return (CAI, None, None, None, None, None, None, True)
+            return _kind(CAI, like=(_cupy_like, None))
+        return _kind(CAI)
     if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
-        return (DLPACK, None, (_dlpack_like, None), None, None, None, None, True)
+        return _kind(DLPACK, like=(_dlpack_like, None))
     raise Error(None, "expected an array that speaks DLPack or the CUDA Array Interface "
                 "(NumPy, PyTorch, CuPy, JAX...), got %s" % t.__name__)
 
@@ -101,14 +104,14 @@ def _cupy_like(x):
 def _torch(t, torch):
     if (t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__   # DTensor and the like
             or t.device is not torch.Tensor.device):   # a device its DLPack view may not show
-        return (FALLBACK, None, None, None, _torch_fallback, None, None, True)
-    like = (torch.empty_like, {"memory_format": torch.contiguous_format})
-    written = getattr(torch.autograd.graph, "increment_version", None)
+        return _kind(FALLBACK, fallback=_torch_fallback)
     api = _exchange_api(t)
     # without the exchange API (an older PyTorch): __dlpack__ of a detached alias (it refuses
     # a tensor that requires grad), on PyTorch's current stream
-    return (EXCHANGE if api is not None else DLPACK, api, like, written, _torch_fallback,
-            _torch_stream, t.detach, True)
+    return _kind(EXCHANGE if api is not None else DLPACK, api=api,
+                 like=(torch.empty_like, {"memory_format": torch.contiguous_format}),
+                 written=getattr(torch.autograd.graph, "increment_version", None),
+                 fallback=_torch_fallback, stream=_torch_stream, alt=t.detach)
 
 
 def _torch_stream(device_id):
