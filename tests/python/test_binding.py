@@ -366,3 +366,27 @@ def test_immutable_arrays_are_not_written(rng):
         zgate.fwd(a, a, out=j)
     assert (np.asarray(j) == 7.0).all()
     assert np.array_equal(zgate.fwd(a, j), zgate.fwd(a, np.asarray(j)))
+
+
+def test_cuda_array_interface_refusals_keep_no_references():
+    """Calls refused on the way (by the CUDA driver, a typestr, a stream) and one with an array
+    read through __dlpack__ instead keep no references and no temporaries."""
+    class Rerouted(_InterfaceAndDLPack):
+        def __dlpack__(self, **kw):   # recording nothing: a record would grow
+            return self.a.__dlpack__(**kw)
+    a = _sentinels()
+    empty = np.empty((0, 4), np.float32)
+    s5 = [_Interface(empty, stream=5, data=(0, False)) for _ in range(5)]
+    other = _Interface(empty, stream=7, data=(0, False))
+    rerouted = Rerouted(empty, stream=7, data=(0, False))
+    bad = _Interface(a[1], typestr=">f4")
+    host = [_Interface(x) for x in a]
+    calls = [_refused(lambda: zgate.bwd(host[0], host[1], host[2])),
+             _refused(lambda: zgate.bwd(s5[0], bad, s5[2])),
+             _refused(lambda: zgate.bwd(s5[0], s5[1], s5[2], dz=rerouted, dout_scaled=s5[4])),
+             _refused(lambda: zgate.fwd(s5[0], other))]
+    objs = a + s5 + [other, rerouted, bad] + host
+    counts = [sys.getrefcount(x) for x in objs]
+    growth = _leak_rounds(calls)
+    assert [sys.getrefcount(x) for x in objs] == counts
+    assert growth < 100, growth   # 200 rounds: a leak per call would be >= 200
