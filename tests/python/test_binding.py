@@ -390,3 +390,37 @@ def test_cuda_array_interface_refusals_keep_no_references():
     growth = _leak_rounds(calls)
     assert [sys.getrefcount(x) for x in objs] == counts
     assert growth < 100, growth   # 200 rounds: a leak per call would be >= 200
+
+
+def test_a_call_asks_for_its_stream_once(rng):
+    """A call's stream, once known, is not asked again, even where it is the legacy default
+    stream (0): here a producer that says it is on a CUDA device (and hands out host memory),
+    of a kind whose stream function counts its calls."""
+    from zgate import _kinds
+    from zg_oracle import F32, inputs
+
+    class SaysCuda:
+        def __init__(self, a):
+            self.a, self.streams = a, []
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None, max_version=None):
+            self.streams.append(stream)
+            return self.a.__dlpack__()
+    asked = []
+    classify = _kinds.classify
+    mine = _kinds._kind(_kinds.DLPACK, stream=lambda device: asked.append(device) or 0)
+    _binding.configure(lambda t: mine if t is SaysCuda else classify(t), _kinds.reference_like)
+    try:
+        host = inputs(rng, (2, 3, 4, 5), F32)
+        dz, ds = (np.full(host[0].shape, np.nan, np.float32) for _ in range(2))
+        arrays = [SaysCuda(x) for x in list(host) + [dz, ds]]
+        zgate.bwd(*arrays[:3], dz=arrays[3], dout_scaled=arrays[4])
+        assert asked == [0]
+        assert [p.streams for p in arrays] == [[1]] * 5   # DLPack's number for stream 0
+        want = zgate.reference_bwd(*host)
+        assert abs(dz - want[0]).max() < 1e-5 and abs(ds - want[1]).max() < 1e-5
+    finally:
+        _binding.configure(classify, _kinds.reference_like)
