@@ -9,13 +9,16 @@ For each implementation, `calls` back-to-back calls are timed twice in one run:
   wall us/call  time until the device has *finished* the last call, divided by the calls.
 Each figure is the median of `repeats` runs (and the minimum), after a warm-up (and
 compilation), net of an empty loop; the rows are timed in turns within each repeat, so that a
-change in the host's speed touches them all alike. The last column reads each row against
-one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any op.
+change in the host's speed touches them all alike. Two columns read each row's host time
+against one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any
+op, and against zgate.bwd on PyTorch tensors (given outputs for rows with given outputs, new
+ones otherwise).
 Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
 torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
-NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed) of the same shape; and the
-original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names a folder holding
-mamba3/ (a copy of mamba_ssm/ops/triton/mamba3) or a mamba checkout.
+NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed; and cupy.negative, CuPy's
+own floor) of the same shape; and the original Triton compute_dzdo when --orig (or env
+ZGATE_ORIG_MAMBA3) names a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3)
+or a mamba checkout.
 NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
 has none either: its rows are float16 then.
 """
@@ -77,7 +80,7 @@ def _other_framework_rows(dev, shape, dtype_name, host):
             dt = np.dtype(dtype_name)
         d, z, o = (a.astype(dt) for a in host)
         dz, ds = np.empty_like(d), np.empty_like(d)
-        name = "NumPy"
+        name = "NumPy " + np.dtype(dt).name
     else:
         try:
             import cupy
@@ -87,10 +90,14 @@ def _other_framework_rows(dev, shape, dtype_name, host):
         dt = "float16" if dtype_name == "bfloat16" else dtype_name   # CuPy has no bfloat16
         d, z, o = (cupy.asarray(a).astype(dt) for a in host)
         dz, ds = cupy.empty_like(d), cupy.empty_like(d)
-        name = "CuPy" if dt == dtype_name else "CuPy, " + dt
-    return [("zgate.bwd, %s (new outputs)" % name, lambda: zgate.bwd(d, z, o)),
-            ("zgate.bwd, %s (given outputs)" % name,
+        name = "CuPy " + dt
+    rows = [("zgate.bwd, %s, new outputs" % name, lambda: zgate.bwd(d, z, o)),
+            ("zgate.bwd, %s, given outputs" % name,
              lambda: zgate.bwd(d, z, o, dz=dz, dout_scaled=ds))]
+    if dev.type == "cuda":
+        rows.append(("CuPy's floor: cupy.negative(dout) (one output, one launch)",
+                     lambda: cupy.negative(d)))
+    return rows
 
 
 def main(argv=None):
@@ -118,9 +125,10 @@ def main(argv=None):
     if dev.type == "cuda":   # CuPy's work on PyTorch's stream, as a framework user would have it
         sync = lambda: torch.cuda.synchronize() or _cupy_sync()  # noqa: E731
 
+    on_torch = "zgate.bwd, PyTorch %s, " % a.dtype
     rows = [
-        ("zgate.bwd (new outputs)", lambda: zgate.bwd(dout, z, o)),
-        ("zgate.bwd (given outputs)", lambda: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos)),
+        (on_torch + "new outputs", lambda: zgate.bwd(dout, z, o)),
+        (on_torch + "given outputs", lambda: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos)),
         ("zgate.torch.compute_dzdo", lambda: zt.compute_dzdo(dout, z, o)),
         ("torch.ops.zgate.bwd (custom op, eager)", lambda: torch.ops.zgate.bwd(dout, z, o)),
     ]
@@ -144,14 +152,14 @@ def main(argv=None):
         shape, a.dtype, a.calls, a.repeats))
     timed = time_rows(rows, sync, a.calls, a.repeats)
     base = timed[floor][0]
-    torch_call = timed["zgate.bwd (new outputs)"][0]
     print("| implementation | host us/call | host, min | wall us/call | host / PyTorch's floor "
-          "| host / zgate.bwd on PyTorch |")
+          "| host / zgate.bwd on PyTorch, same outputs |")
     print("|---|---|---|---|---|---|")
     for name, _ in rows:
         h, m, w = timed[name]
+        same = on_torch + ("given outputs" if name.endswith("given outputs") else "new outputs")
         print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (name, h, m, w, h / base,
-                                                           h / torch_call))
+                                                           h / timed[same][0]))
 
 
 def _cupy_sync():

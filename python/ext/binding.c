@@ -1,21 +1,25 @@
 /* zgate._binding: the one path from Python into libzgate (linked, found beside this module).
  *
  * Each array of a call is read as a DLTensor, in the cheapest way its type offers (chosen once
- * per type by zgate._kinds.classify, cached here):
+ * per type by zgate._kinds.classify, which documents the choices; cached here):
  *   EXCHANGE  the DLPack C exchange API (type.__dlpack_c_exchange_api__, DLPack 1.x): the
- *             producer fills a DLTensor on our stack; its current stream is asked for CUDA;
- *   BUFFER    the buffer protocol (NumPy: its __dlpack__ refuses bfloat16, and a capsule
- *             costs more); `alt(x)` gives a bfloat16 array's bits as uint16;
- *   DLPACK    x.__dlpack__(max_version=(1, 0)) (then the legacy form), with the consumer
- *             stream `stream(device_id)` for CUDA producers; the tensor's deleter is called
- *             right after the library call;
- *   FALLBACK  the type's calls go to `fallback(op, args...)` (a PyTorch subclass that
- *             dispatches its own operators, such as DTensor).
- * The DLTensor is passed to the library as the producer describes it (rank, strides,
- * byte_offset): validation is the library's. New outputs are made by the kind's
- * `like(x, compact)`; given ones are reported to `written(t)` after the call (PyTorch's
- * version counters). A refused call raises zgate.Error (zgate._errors) with the library's
- * status and message; the GIL is released around the library call.
+ *             producer fills a DLTensor on our stack (PyTorch);
+ *   BUFFER    the buffer protocol (NumPy);
+ *   CAI       the CUDA Array Interface, v2 or v3 (CuPy, Numba...): one dict per array, the
+ *             device that of its data pointer, asked of the CUDA driver;
+ *   DLPACK    x.__dlpack__(max_version=(1, 0)) (then the legacy form); the tensor's deleter is
+ *             called right after the library call;
+ *   FALLBACK  the type's calls go to its fallback (a PyTorch subclass with its own operators).
+ * The DLTensor goes to the library as the producer describes it (rank, strides, byte_offset):
+ * validation is the library's. A refused call raises zgate.Error (zgate._errors) with the
+ * library's status and message; the GIL is released around the library call.
+ *
+ * Stream: a call runs on one CUDA stream, set by the first of its CUDA arrays that names one:
+ * an EXCHANGE or DLPACK array names its framework's current stream, a CAI array the stream
+ * of its dict ('stream' None or absent: none). DLPACK arrays are asked to make their data
+ * ready on the call's stream (__dlpack__(stream=)); so is a CAI array that names another
+ * stream, or whose typestr cannot name its dtype (bfloat16), where its type has __dlpack__.
+ * No array names one: the legacy default stream.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,10 +52,8 @@ typedef struct dl_api_header {
 } dl_api_header;
 typedef struct {
   dl_api_header header;
-  void *allocator;
-  int (*managed_from_py)(void *, dl_managed_v **);
-  void *to_py;
-  int (*dltensor_from_py)(void *, DLTensor *); /* may be NULL */
+  void *allocator, *managed_from_py, *to_py;
+  int (*dltensor_from_py)(void *, DLTensor *); /* optional: NULL where not offered */
   int (*current_stream)(int, int32_t, void **);
 } dl_exchange_api;
 
@@ -60,14 +62,21 @@ enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_
 enum { DEV_CPU = 1, DEV_CUDA = 2, DEV_CUDA_HOST = 3, DEV_ROCM = 10, DEV_CUDA_MANAGED = 13 };
 #define MAX_NDIM ZGATE_MAX_NDIM
 
-enum { M_EXCHANGE, M_BUFFER, M_DLPACK, M_FALLBACK }; /* as zgate._kinds numbers them */
+enum { M_EXCHANGE, M_BUFFER, M_CAI, M_DLPACK, M_FALLBACK }; /* as zgate._kinds numbers them */
 
 typedef struct {
-  int mode, mutable_, cpu_only;
+  int mode, mutable_;
   const dl_exchange_api *api;
   PyObject *like, *written, *fallback, *stream, *alt; /* None where absent */
   PyObject *spec; /* the tuple the fields are borrowed from */
 } Kind;
+
+/* What the arrays of one call have settled so far: its CUDA stream, once an array named
+ * one, and the device of its first CUDA array (-1: none yet). */
+typedef struct {
+  void *stream;
+  int stream_known, device;
+} Call;
 
 static PyObject *Error;   /* zgate._errors.Error */
 static PyObject *kinds;   /* type -> capsule of a Kind */
@@ -75,53 +84,34 @@ static PyObject *classify;
 static PyTypeObject *last_type; /* the last type looked up, and its Kind */
 static Kind *last_kind;
 
-/* zgate.Error(status or None, message); returns NULL. */
+/* Raises zgate.Error(status, message) (status < 0: None, a refusal of the binding's own);
+ * returns NULL. */
 static PyObject *fail(int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
   va_end(ap);
-  if (!msg) return NULL;
-  PyObject *st = status < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(status);
-  if (st) {
-    PyObject *e = PyObject_CallFunctionObjArgs(Error, st, msg, NULL);
-    if (e) {
-      PyErr_SetObject(Error, e);
-      Py_DECREF(e);
-    }
-    Py_DECREF(st);
-  }
-  Py_DECREF(msg);
+  PyObject *args = !msg ? NULL : status < 0 ? Py_BuildValue("(ON)", Py_None, msg)
+                                            : Py_BuildValue("(iN)", status, msg);
+  if (args) PyErr_SetObject(Error, args);
+  Py_XDECREF(args);
   return NULL;
 }
 
-/* "int32", "bool", "float64", ... for a DLPack dtype. */
-static void dtype_words(int code, int bits, int lanes, char *buf, size_t n) {
-  static const char *const words[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  if (code == DL_BOOL)
-    snprintf(buf, n, "bool");
-  else if (code >= 0 && code <= DL_COMPLEX)
-    snprintf(buf, n, "%s%d", words[code], bits);
-  else
-    snprintf(buf, n, "DLPack dtype code %d, %d bits", code, bits);
-  if (lanes != 1) snprintf(buf + strlen(buf), n - strlen(buf), "x%d", lanes);
-}
-
-/* The library's error for status st: its message, with a refused dtype in words. */
+/* The library's error for status st, a dtype it refuses ("dtype (code 0, bits 32)") in words. */
 static PyObject *library_error(int st) {
-  char msg[1024];
-  const char *detail = zgate_last_error();
+  static const char *const words[] = {"int", "uint", "float", "opaque", "bfloat", "complex"};
+  const char *detail = zgate_last_error(), *at = strstr(detail, "dtype (code ");
   unsigned code, bits;
-  const char *at = strstr(detail, "dtype (code ");
-  if (st == ZGATE_ERR_DTYPE && at && sscanf(at, "dtype (code %u, bits %u)", &code, &bits) == 2) {
-    char name[48];
-    dtype_words((int)code, (int)bits, 1, name, sizeof name);
-    const char *rest = strchr(at, ')');
-    snprintf(msg, sizeof msg, "%.*sdtype %s%s", (int)(at - detail), detail, name, rest ? rest + 1 : "");
-  } else {
-    snprintf(msg, sizeof msg, "%s", detail);
+  char msg[1024], name[16];
+  if (st == ZGATE_ERR_DTYPE && at && sscanf(at, "dtype (code %u, bits %u)", &code, &bits) == 2 &&
+      code <= DL_BOOL) {
+    if (code == DL_BOOL) snprintf(name, sizeof name, "bool");
+    else snprintf(name, sizeof name, "%s%u", words[code], bits);
+    snprintf(msg, sizeof msg, "%.*sdtype %s%s", (int)(at - detail), detail, name, strchr(at, ')') + 1);
+    detail = msg;
   }
-  return *msg ? fail(st, "%s: %s", zgate_status_str(st), msg) : fail(st, "%s", zgate_status_str(st));
+  return *detail ? fail(st, "%s: %s", zgate_status_str(st), detail) : fail(st, "%s", zgate_status_str(st));
 }
 
 /* ---- kinds ------------------------------------------------------------------------------ */
@@ -133,20 +123,18 @@ static void kind_free(PyObject *cap) {
 }
 
 /* The exchange API of a capsule, or NULL (no exception) where it is not one we read: major
- * version 1 (an older one down the chain of a newer), the two entries we call present. */
+ * version 1 (an older one down the chain of a newer), the two entries we call present (a
+ * producer without dltensor_from_py is read through __dlpack__). */
 static const dl_exchange_api *exchange_api(PyObject *cap) {
   if (!cap || !PyCapsule_IsValid(cap, "dlpack_exchange_api")) return NULL;
   const dl_api_header *h = PyCapsule_GetPointer(cap, "dlpack_exchange_api");
   while (h && h->version.major > 1) h = h->prev;
   const dl_exchange_api *api = (const dl_exchange_api *)h;
-  if (!api || api->header.version.major != 1 || !api->current_stream ||
-      (!api->dltensor_from_py && !api->managed_from_py))
-    return NULL;
-  return api;
+  return api && api->header.version.major == 1 && api->current_stream && api->dltensor_from_py
+             ? api : NULL;
 }
 
-/* The Kind of x's type: cached, else built from zgate._kinds.classify(type), which returns
- * (mode, exchange capsule, like, written, fallback, stream, alt, mutable, cpu_only). */
+/* The Kind of x's type: cached, else built from zgate._kinds.classify(type). */
 static Kind *kind_of(PyObject *x) {
   PyTypeObject *t = Py_TYPE(x);
   if (t == last_type) return last_kind;
@@ -155,28 +143,43 @@ static Kind *kind_of(PyObject *x) {
     if (PyErr_Occurred()) return NULL;
     if (!classify) return PyErr_SetString(PyExc_RuntimeError, "zgate._binding: not configured"), NULL;
     PyObject *spec = PyObject_CallOneArg(classify, (PyObject *)t);
-    if (!spec) return NULL;
-    Kind *k = PyMem_Calloc(1, sizeof *k);
-    if (!k || !PyArg_ParseTuple(spec, "iOOOOOOpp", &k->mode, &cap, &k->like, &k->written,
-                                &k->fallback, &k->stream, &k->alt, &k->mutable_, &k->cpu_only)) {
-      PyMem_Free(k);
-      Py_DECREF(spec);
-      return k ? NULL : (Kind *)PyErr_NoMemory();
+    Kind *k = spec ? PyMem_Calloc(1, sizeof *k) : NULL;
+    if (k && PyArg_ParseTuple(spec, "iOOOOOOp", &k->mode, &cap, &k->like, &k->written,
+                              &k->fallback, &k->stream, &k->alt, &k->mutable_)) {
+      k->spec = spec;
+      if (k->mode == M_EXCHANGE && !(k->api = exchange_api(cap))) k->mode = M_DLPACK;
+      if ((cap = PyCapsule_New(k, "zgate.kind", kind_free))) {
+        int r = PyDict_SetItem(kinds, (PyObject *)t, cap);
+        Py_DECREF(cap); /* the dict holds it */
+        if (r) return NULL;
+        last_type = t;
+        return last_kind = k;
+      }
+    } else if (spec && !k) {
+      PyErr_NoMemory();
     }
-    k->spec = spec;
-    if (k->mode == M_EXCHANGE && !(k->api = exchange_api(cap))) k->mode = M_DLPACK;
-    cap = PyCapsule_New(k, "zgate.kind", kind_free);
-    if (!cap) {
-      Py_DECREF(spec);
-      PyMem_Free(k);
-      return NULL;
-    }
-    int r = PyDict_SetItem(kinds, (PyObject *)t, cap);
-    Py_DECREF(cap); /* the dict holds it */
-    if (r) return NULL;
+    Py_XDECREF(spec);
+    PyMem_Free(k);
+    return NULL;
   }
   last_type = t;
   return last_kind = PyCapsule_GetPointer(cap, "zgate.kind");
+}
+
+static int is_cuda_like(int dev) { return dev == DEV_CUDA || dev == DEV_ROCM || dev == DEV_CUDA_MANAGED; }
+
+/* The call's stream from kind k's framework, for its array on CUDA device `id`. */
+static int kind_stream(Kind *k, int id, Call *c) {
+  c->stream = NULL;
+  c->stream_known = 1;
+  if (k->mode == M_EXCHANGE) return k->api->current_stream(DEV_CUDA, id, &c->stream) ? -1 : 0;
+  if (k->stream == Py_None) return 0; /* the legacy default stream */
+  PyObject *i = PyLong_FromLong(id);
+  PyObject *r = i ? PyObject_CallOneArg(k->stream, i) : NULL;
+  Py_XDECREF(i);
+  if (r) c->stream = PyLong_AsVoidPtr(r);
+  Py_XDECREF(r);
+  return !r || PyErr_Occurred() ? -1 : 0;
 }
 
 /* ---- views: one array of a call read as a DLTensor ----------------------------------------- */
@@ -210,27 +213,45 @@ static void release(View *v) {
   }
 }
 
-/* The DLPack dtype of a buffer format (struct module letters); code -1 when unknown. */
-static void buffer_dtype(const char *f, Py_ssize_t itemsize, DLDataType *d) {
-  if (*f == '@' || *f == '=' || *f == '<') f++; /* native order: the hosts zgate builds for */
-  int code = -1;
-  if (f[0] && (!f[1] || (f[0] == 'Z' && f[2] == 0))) {
-    if (f[0] == 'Z') code = DL_COMPLEX;
-    else if (strchr("efd", f[0])) code = DL_FLOAT;
-    else if (strchr("bhilqn", f[0])) code = DL_INT;
-    else if (strchr("BHILQN", f[0])) code = DL_UINT;
-    else if (f[0] == '?') code = DL_BOOL;
+/* v->t's shape and strides: v->shape, v->strides (in bytes, made element strides; strided 0:
+ * compact), refusing strides that are not multiples of the element size. */
+static int set_layout(View *v, const char *name, int ndim, int strided, int64_t itemsize) {
+  v->t.ndim = ndim;
+  v->t.shape = v->shape;
+  v->t.strides = strided ? v->strides : NULL;
+  for (int i = 0; strided && i < ndim; i++) {
+    if (v->strides[i] % itemsize)
+      return fail(ZGATE_ERR_MISALIGNED, "%s has byte strides not multiples of its element size %lld",
+                  name, (long long)itemsize), -1;
+    v->strides[i] /= itemsize;
   }
-  d->code = (uint8_t)(code < 0 ? 3 : code); /* 3: opaque, which the library refuses */
-  d->bits = (uint8_t)(itemsize * 8);
-  d->lanes = 1;
+  return 0;
+}
+
+static int too_many_dims(const char *name, int ndim) {
+  if (ndim <= MAX_NDIM) return 0;
+  fail(ZGATE_ERR_NDIM, "%s has %d dimensions; zgate takes at most %d", name, ndim, MAX_NDIM);
+  return 1;
+}
+
+/* The DLPack dtype of a buffer format (struct module letters); opaque (refused by the
+ * library) when unknown. */
+static DLDataType buffer_dtype(const char *f, Py_ssize_t itemsize) {
+  if (*f == '@' || *f == '=' || *f == '<') f++; /* native order: the hosts zgate builds for */
+  int code = 3;
+  if (f[0] == 'Z' && f[1] && !f[2]) code = DL_COMPLEX;
+  else if (f[0] && !f[1] && strchr("efd", f[0])) code = DL_FLOAT;
+  else if (f[0] && !f[1] && strchr("bhilqn", f[0])) code = DL_INT;
+  else if (f[0] && !f[1] && strchr("BHILQN", f[0])) code = DL_UINT;
+  else if (f[0] == '?' && !f[1]) code = DL_BOOL;
+  return (DLDataType){(uint8_t)code, (uint8_t)(itemsize * 8), 1};
 }
 
 static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int output) {
   int bf16 = 0;
   if (PyObject_GetBuffer(x, &v->buf, PyBUF_RECORDS_RO)) {
     if (k->alt == Py_None || (!PyErr_ExceptionMatches(PyExc_BufferError) &&
-                                  !PyErr_ExceptionMatches(PyExc_ValueError)))
+                              !PyErr_ExceptionMatches(PyExc_ValueError)))
       return -1;
     PyErr_Clear();
     v->held = PyObject_CallOneArg(k->alt, x); /* uint16 bits of bfloat16, or None */
@@ -249,28 +270,22 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
   if (output && b->readonly) return fail(-1, "%s is a read-only array", name), -1;
   if (b->format[0] == '>' || b->format[0] == '!')
     return fail(ZGATE_ERR_DTYPE, "%s has byte-swapped dtype (format '%s')", name, b->format), -1;
-  if (b->ndim > MAX_NDIM)
-    return fail(ZGATE_ERR_NDIM, "%s has %d dimensions; zgate takes at most %d", name, b->ndim,
-                MAX_NDIM), -1;
-  memset(&v->t, 0, sizeof v->t);
-  buffer_dtype(b->format, b->itemsize, &v->t.dtype);
+  if (too_many_dims(name, b->ndim)) return -1;
+  v->t.dtype = buffer_dtype(b->format, b->itemsize);
   if (bf16) v->t.dtype.code = DL_BFLOAT;
-  for (int i = 0; i < b->ndim; i++) {
-    if (b->strides[i] % b->itemsize)
-      return fail(ZGATE_ERR_MISALIGNED, "%s has byte strides not multiples of its element size %zd",
-                  name, b->itemsize), -1;
-    v->shape[i] = b->shape[i];
-    v->strides[i] = b->strides[i] / b->itemsize;
-  }
   v->t.data = b->buf;
   v->t.device.device_type = kDLCPU;
-  v->t.ndim = b->ndim;
-  v->t.shape = v->shape;
-  v->t.strides = v->strides;
-  return 0;
+  for (int i = 0; i < b->ndim; i++) {
+    v->shape[i] = b->shape[i];
+    v->strides[i] = b->strides[i];
+  }
+  return set_layout(v, name, b->ndim, 1, b->itemsize);
 }
 
 static PyObject *s_dlpack, *s_dlpack_device, *kw_mv, *kw_mv_stream, *kw_stream, *max_version;
+/* "__cuda_array_interface__"; its keys "shape", "typestr", "data" (required), "strides", "mask",
+ * "stream" */
+static PyObject *s_cai, *cai_keys[6];
 
 /* x.__dlpack__(max_version=(1, 0)[, stream=]) or, from a 0.x producer (TypeError),
  * x.__dlpack__([stream=]). */
@@ -310,46 +325,25 @@ static int take_capsule(View *v, PyObject *cap, const char *name, int output) {
   return fail(-1, "%s: __dlpack__() did not return an unused DLPack capsule", name), -1;
 }
 
-static int is_cuda_like(int dev) { return dev == DEV_CUDA || dev == DEV_ROCM || dev == DEV_CUDA_MANAGED; }
-
-/* The consumer stream of a call on CUDA device `id` for a producer of kind k, as zgate takes
- * it (0: the legacy default stream). */
-static int kind_stream(Kind *k, int id, void **s) {
-  *s = NULL;
-  if (k->mode == M_EXCHANGE) {
-    if (k->api->current_stream(DEV_CUDA, id, s)) return -1;
-    return 0;
-  }
-  if (k->stream == Py_None) return 0;
-  PyObject *i = PyLong_FromLong(id);
-  PyObject *r = i ? PyObject_CallOneArg(k->stream, i) : NULL;
-  Py_XDECREF(i);
-  if (!r) return -1;
-  *s = PyLong_AsVoidPtr(r);
-  Py_DECREF(r);
-  return *s == NULL && PyErr_Occurred() ? -1 : 0;
-}
-
-static int view_dlpack(View *v, Kind *k, PyObject *x, const char *name, int output, void *stream) {
+static int view_dlpack(View *v, Kind *k, PyObject *x, const char *name, int output, Call *c) {
   PyObject *s = NULL;
   if (k->alt != Py_None) { /* the object to export instead */
     if (!(v->held = PyObject_CallOneArg(k->alt, x))) return -1;
     x = v->held;
   }
-  if (!k->cpu_only) {
-    PyObject *d = PyObject_CallMethodNoArgs(x, s_dlpack_device);
-    if (!d) return -1;
-    long dev = -1, id = 0;
-    if (PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2) {
-      dev = PyLong_AsLong(PyTuple_GET_ITEM(d, 0));
-      id = PyLong_AsLong(PyTuple_GET_ITEM(d, 1));
-    }
-    Py_DECREF(d);
-    if (PyErr_Occurred()) return -1;
-    /* the first array of a call, before the call's stream is known: its kind's stream */
-    if (is_cuda_like((int)dev) && !stream && kind_stream(k, (int)id, &stream)) return -1;
+  PyObject *d = PyObject_CallMethodNoArgs(x, s_dlpack_device);
+  if (!d) return -1;
+  long dev = -1, id = 0;
+  if (PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 2) {
+    dev = PyLong_AsLong(PyTuple_GET_ITEM(d, 0));
+    id = PyLong_AsLong(PyTuple_GET_ITEM(d, 1));
+  }
+  Py_DECREF(d);
+  if (PyErr_Occurred()) return -1;
+  if (is_cuda_like((int)dev)) {
+    if (!c->stream_known && kind_stream(k, (int)id, c)) return -1;
     /* DLPack's stream numbers: 1 is CUDA's legacy default stream */
-    if (is_cuda_like((int)dev) && !(s = PyLong_FromVoidPtr(stream ? stream : (void *)1))) return -1;
+    if (!(s = PyLong_FromVoidPtr(c->stream ? c->stream : (void *)1))) return -1;
   }
   PyObject *cap = capsule_of(x, s);
   Py_XDECREF(s);
@@ -359,31 +353,138 @@ static int view_dlpack(View *v, Kind *k, PyObject *x, const char *name, int outp
   return r;
 }
 
-/* x read as v->t; `stream`: the call's stream for DLPack producers. On an exception from the
- * producer, a zgate.Error naming the array, the producer's exception as its cause. */
-static int view_of(View *v, PyObject *x, const char *name, int output, void *stream) {
+static int view_exchange(View *v, Kind *k, PyObject *x, Call *c) {
+  if (k->api->dltensor_from_py(x, &v->t)) return -1;
+  if (!is_cuda_like((int)v->t.device.device_type) || c->stream_known) return 0;
+  return kind_stream(k, v->t.device.device_id, c);
+}
+
+/* ---- the CUDA Array Interface ------------------------------------------------------------ */
+
+/* A typestr ("<f4", "|b1"...) as a DLPack dtype; -1 where it names none: byte-swapped, or a
+ * kind without a DLPack code ('V' raw bytes: bfloat16 has no typestr of its own). */
+static int cai_dtype(PyObject *ts, DLDataType *d) {
+  static const char kinds_[] = "iufcb", codes[] = {DL_INT, DL_UINT, DL_FLOAT, DL_COMPLEX, DL_BOOL};
+  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+  if (!s) return PyErr_Clear(), -1;
+  if (!strchr("<|=", s[0]) || !s[0] || !s[1] || !strchr(kinds_, s[1])) return -1;
+  char *end;
+  long bytes = strtol(s + 2, &end, 10);
+  if (*end || end == s + 2 || bytes < 1 || bytes > 16) return -1;
+  *d = (DLDataType){(uint8_t)codes[strchr(kinds_, s[1]) - kinds_], (uint8_t)(bytes * 8), 1};
+  return 0;
+}
+
+/* The CUDA device of a data pointer: the CUDA driver's cuPointerGetAttribute (loaded from
+ * libcuda.so.1 on first use), attribute CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9). */
+static int cuda_device_of(void *p, const char *name, int *dev) {
+  static int (*get)(void *, int, uintptr_t); /* CUresult; 0: CUDA_SUCCESS */
+  void *lib = get ? NULL : dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (lib) *(void **)&get = dlsym(lib, "cuPointerGetAttribute");
+  int e = get ? get(dev, 9, (uintptr_t)p) : -1;
+  if (e == -1)
+    return fail(-1, "%s: its __cuda_array_interface__ names data at %p, but no CUDA driver "
+                "(libcuda.so.1) can be loaded", name, p), -1;
+  if (e)
+    return fail(-1, "%s: its __cuda_array_interface__ names data at %p, which the CUDA driver "
+                "does not know (cuPointerGetAttribute: error %d)", name, p, e), -1;
+  return 0;
+}
+
+/* x read through its __cuda_array_interface__ dict (v2, v3): shape, typestr, data (pointer,
+ * read-only), strides (None: compact), stream (v3: 1 the legacy default stream, 2 the
+ * per-thread default stream, else a cudaStream_t; None or absent: none), mask (refused). */
+static int view_cai(View *v, Kind *k, PyObject *x, const char *name, int output, Call *c) {
+  PyObject *d = PyObject_GetAttr(x, s_cai);
+  if (!d) return -1;
+  int r = -1, named = 0, ndim, readonly;
+  void *stream = NULL;
+  PyObject *f[6] = {NULL}; /* as cai_keys; the optional ones None where absent */
+  for (int i = 0; i < 6 && PyDict_Check(d); i++)
+    if (!(f[i] = PyDict_GetItemWithError(d, cai_keys[i]))) {
+      if (PyErr_Occurred()) goto out;
+      if (i >= 3) f[i] = Py_None;
+    }
+  PyObject *shape = f[0], *ts = f[1], *data = f[2], *strides = f[3], *mask = f[4], *st = f[5];
+  if (!shape || !ts || !data || !PyTuple_Check(shape) || !PyTuple_Check(data) ||
+      PyTuple_GET_SIZE(data) != 2 || (strides != Py_None && (!PyTuple_Check(strides) ||
+                                      PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))) {
+    fail(-1, "%s: its __cuda_array_interface__ is not one: a dict with 'shape' (a tuple), "
+         "'typestr', 'data' ((pointer, read_only)) and 'strides' (None or a tuple as long as "
+         "'shape')", name);
+    goto out;
+  }
+  if (mask != Py_None) {
+    fail(-1, "%s is a masked array (its __cuda_array_interface__ has a 'mask'): zgate does not "
+         "take masks", name);
+    goto out;
+  }
+  if ((named = st != Py_None)) {
+    stream = PyLong_Check(st) ? PyLong_AsVoidPtr(st) : NULL;
+    if (!stream) {
+      if (!PyErr_Occurred())
+        fail(-1, "%s: its __cuda_array_interface__ names stream %R; the interface takes None, "
+             "1, 2 or a stream's address (0 is not allowed)", name, st);
+      goto out;
+    }
+    if (stream == (void *)1) stream = NULL; /* the legacy default stream, as zgate names it */
+  }
+  if ((named && c->stream_known && stream != c->stream) || cai_dtype(ts, &v->t.dtype)) {
+    /* what the dict cannot give: the data ready on the call's stream, or a dtype's name */
+    if (!PyObject_HasAttr(x, s_dlpack)) {
+      if (named && c->stream_known && stream != c->stream)
+        fail(-1, "%s: its __cuda_array_interface__ names CUDA stream %p, an earlier array %p "
+             "(1: the legacy default stream); zgate runs a call on one stream", name,
+             stream ? stream : (void *)1, c->stream ? c->stream : (void *)1);
+      else
+        fail(ZGATE_ERR_DTYPE, "%s: typestr %R is not one zgate reads ('<f4', '<f2'..., "
+             "little-endian numbers; bfloat16 through __dlpack__)", name, ts);
+      goto out;
+    }
+    if (named && !c->stream_known) *c = (Call){stream, 1, c->device};
+    r = view_dlpack(v, k, x, name, output, c);
+    goto out;
+  }
+  if ((readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) < 0) goto out;
+  if (output && readonly) {
+    fail(-1, "%s is a read-only array (its __cuda_array_interface__ says so)", name);
+    goto out;
+  }
+  ndim = (int)PyTuple_GET_SIZE(shape);
+  if (too_many_dims(name, ndim)) goto out;
+  v->t.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+  for (int i = 0; i < ndim; i++) {
+    v->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (strides != Py_None) v->strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+  }
+  if (PyErr_Occurred() || set_layout(v, name, ndim, strides != Py_None, v->t.dtype.bits / 8)) goto out;
+  /* an array without data (no elements) is taken to be on the call's device */
+  v->t.device = (DLDevice){kDLCUDA, c->device < 0 ? 0 : c->device};
+  if (v->t.data && cuda_device_of(v->t.data, name, &v->t.device.device_id)) goto out;
+  if (named && !c->stream_known) *c = (Call){stream, 1, c->device};
+  r = 0;
+out:
+  Py_DECREF(d);
+  return r;
+}
+
+/* ---- reading an array ---------------------------------------------------------------------- */
+
+/* x read as v->t. On an exception from the producer, a zgate.Error naming the array, the
+ * producer's exception as its cause. */
+static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) {
   memset(v, 0, sizeof *v);
   Kind *k = kind_of(x);
   if (!k) return -1;
+  if (output && !k->mutable_)
+    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, Py_TYPE(x)->tp_name), -1;
   int r;
-  if (k->mode == M_EXCHANGE) {
-    if (k->api->dltensor_from_py) {
-      r = k->api->dltensor_from_py(x, &v->t);
-    } else {
-      dl_managed_v *m = NULL;
-      r = k->api->managed_from_py(x, &m);
-      if (!r) {
-        v->managed = m;
-        v->versioned = 1;
-        v->t = m->dl_tensor;
-      }
-    }
-  } else if (k->mode == M_BUFFER) {
-    r = view_buffer(v, k, x, name, output);
-  } else if (k->mode == M_DLPACK) {
-    r = view_dlpack(v, k, x, name, output, stream);
-  } else {
-    return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, Py_TYPE(x)->tp_name), -1;
+  switch (k->mode) {
+  case M_EXCHANGE: r = view_exchange(v, k, x, c); break;
+  case M_BUFFER: r = view_buffer(v, k, x, name, output); break;
+  case M_CAI: r = view_cai(v, k, x, name, output, c); break;
+  case M_DLPACK: r = view_dlpack(v, k, x, name, output, c); break;
+  default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, Py_TYPE(x)->tp_name), -1;
   }
   if (r && !PyErr_ExceptionMatches(Error)) { /* the producer's exception, as the cause */
     PyObject *t, *cause, *tb;
@@ -391,20 +492,25 @@ static int view_of(View *v, PyObject *x, const char *name, int output, void *str
     PyErr_NormalizeException(&t, &cause, &tb);
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
-    fail(-1, "%s: could not read %s as a DLPack tensor: %S", name, Py_TYPE(x)->tp_name,
-         lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
-    Py_XDECREF(why);
+    PyObject *msg = PyUnicode_FromFormat("%s: could not read %s as an array: %S", name,
+                                         Py_TYPE(x)->tp_name, lines && PyList_GET_SIZE(lines)
+                                                                  ? PyList_GET_ITEM(lines, 0) : Py_None);
+    PyObject *e = msg ? PyObject_CallFunctionObjArgs(Error, Py_None, msg, NULL) : NULL;
+    if (e) {
+      PyException_SetCause(e, cause); /* steals cause */
+      PyErr_SetObject(Error, e);
+    } else {
+      Py_XDECREF(cause);
+    }
+    Py_XDECREF(e);
+    Py_XDECREF(msg);
     Py_XDECREF(lines);
-    PyObject *t2, *e, *tb2;
-    PyErr_Fetch(&t2, &e, &tb2);
-    PyErr_NormalizeException(&t2, &e, &tb2);
-    if (e) PyException_SetCause(e, cause); /* steals cause */
-    else Py_XDECREF(cause);
-    PyErr_Restore(t2, e, tb2);
+    Py_XDECREF(why);
     Py_XDECREF(t);
     Py_XDECREF(tb);
   }
   if (r) release(v);
+  else if (c->device < 0 && is_cuda_like((int)v->t.device.device_type)) c->device = v->t.device.device_id;
   return r;
 }
 
@@ -430,20 +536,15 @@ static int threads_of(PyObject *n, int *out) {
 /* True or False (a NumPy bool too); anything else is refused, not read as truthy. */
 static int flag_of(PyObject *v, const char *name, int *out) {
   const char *t = Py_TYPE(v)->tp_name;
-  if (PyBool_Check(v) || !strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_")) {
-    *out = PyObject_IsTrue(v);
-    return *out < 0 ? -1 : 0;
-  }
+  if (PyBool_Check(v) || !strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_"))
+    return (*out = PyObject_IsTrue(v)) < 0 ? -1 : 0;
   return fail(-1, "%s is %R (%s); it takes True or False", name, v, t), -1;
 }
 
-static int is_none(PyObject *x) { return x == Py_None; }
-
 /* Whether t's elements are laid out compact, row-major (size-1 dimensions' strides aside). */
 static int compact(const DLTensor *t) {
-  if (!t->strides) return 1;
   int64_t want = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
+  for (int i = t->ndim - 1; t->strides && i >= 0; i--) {
     if (t->shape[i] == 0) return 1;
     if (t->shape[i] != 1 && t->strides[i] != want) return 0;
     want *= t->shape[i];
@@ -451,10 +552,9 @@ static int compact(const DLTensor *t) {
   return 1;
 }
 
-/* A new output like x (read as *t): the kind's like(x), with its keywords for a strided x. */
-static PyObject *new_like(PyObject *x, const DLTensor *t) {
-  Kind *k = kind_of(x);
-  if (!k) return NULL;
+/* A new output like x (read as *t): the kind's like = (fn, keywords): fn(x), or
+ * fn(x, **keywords) for a strided x. */
+static PyObject *new_like(Kind *k, PyObject *x, const DLTensor *t) {
   if (k->like == Py_None)
     return fail(-1, "cannot make outputs like a %s; pass them (dz=, dout_scaled=, out=)",
                 Py_TYPE(x)->tp_name);
@@ -476,15 +576,10 @@ static int report_written(PyObject *t) {
   return r ? 0 : -1;
 }
 
-static int on_supported_device(const DLTensor *t) {
-  int d = (int)t->device.device_type;
-  return d == DEV_CPU || d == DEV_CUDA || d == DEV_CUDA_HOST || d == DEV_CUDA_MANAGED;
-}
-
+/* The kind's fallback(op, args...): its answer, or NULL with the exception set. */
 static PyObject *to_fallback(Kind *k, const char *op, PyObject *const *a, Py_ssize_t n) {
   PyObject *args[8];
-  args[0] = PyUnicode_FromString(op);
-  if (!args[0]) return NULL;
+  if (!(args[0] = PyUnicode_FromString(op))) return NULL;
   for (Py_ssize_t i = 0; i < n; i++) args[i + 1] = a[i];
   PyObject *r = PyObject_Vectorcall(k->fallback, args, (size_t)n + 1, NULL);
   Py_DECREF(args[0]);
@@ -509,70 +604,60 @@ static PyObject *shape_of(const DLTensor *t) {
 }
 
 /* One call: op on the inputs a[0..nin) into the outputs a[nin..nin+nout) (None: new).
- * inplace (bwd): dout is dout_scaled. `args`, `nargs`: the call's own, for a fallback. */
-static PyObject *run(int op, PyObject *const *a, int nin, int nout, int inplace, int threads,
-                     PyObject *const *args, Py_ssize_t nargs) {
-  const int bwd = op == OP_BWD || op == OP_REF_BWD, ref = op >= OP_REF_BWD;
+ * inplace (bwd): dout is dout_scaled. n: the count of a (the call's own, for a fallback). */
+static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout, int inplace,
+                     int threads) {
+  const int bwd = op == OP_BWD || op == OP_REF_BWD, ref = op >= OP_REF_BWD, nt = nin + nout;
   const char *const *names = kNames[!bwd];
-  const int n = nin + nout;
   View v[5];
   PyObject *obj[5] = {NULL, NULL, NULL, NULL, NULL}; /* the arrays, outputs as new references */
   int given[5] = {0, 0, 0, 0, 0}, viewed = 0, st = ZGATE_OK;
   PyObject *result = NULL;
+  Call c = {NULL, 0, -1};
+  Kind *k0 = kind_of(a[0]);
+  if (!k0) return NULL;
+  if (k0->mode == M_FALLBACK && !ref) return to_fallback(k0, kOpName[op], a, n);
   for (int i = 0; i < nin; i++) obj[i] = a[i];
-  void *stream = NULL;
   for (; viewed < nin; viewed++) {
-    int out = viewed == 0 && inplace;
-    if (view_of(&v[viewed], a[viewed], names[viewed], out, stream)) {
-      Kind *k = viewed == 0 && !ref ? kind_of(a[0]) : NULL;
-      if (k && k->fallback != Py_None) { /* a device the producer cannot describe: its turn */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        result = to_fallback(k, kOpName[op], args, nargs);
-        if (result == Py_NotImplemented) {
-          Py_CLEAR(result);
-          PyErr_Restore(et, ev, tb);
-        } else {
-          Py_XDECREF(et);
-          Py_XDECREF(ev);
-          Py_XDECREF(tb);
-        }
-      }
-      goto done;
-    }
-    if (viewed == 0 && !ref) {
-      Kind *k = kind_of(a[0]);
-      if (k->fallback != Py_None && !on_supported_device(&v[0].t)) { /* an NPU tensor, say */
-        release(&v[0]);
-        viewed = 0;
-        result = to_fallback(k, kOpName[op], args, nargs);
-        goto done;
-      }
-      if (is_cuda_like((int)v[0].t.device.device_type) && kind_stream(k, v[0].t.device.device_id, &stream))
-        goto done;
-    }
-  }
-  for (int i = nin; i < n; i++) {
-    if (inplace && i == 4) continue;
-    given[i] = !is_none(a[i]);
-    if (given[i]) {
-      obj[i] = Py_NewRef(a[i]);
-    } else {
-      if (ref) {
-        PyObject *shape = shape_of(&v[0].t);
-        obj[i] = shape ? PyObject_CallOneArg(reference_like, shape) : NULL;
-        Py_XDECREF(shape);
+    int bad = view_of(&v[viewed], a[viewed], names[viewed], viewed == 0 && inplace, &c), d;
+    if (viewed == 0 && !ref && k0->fallback != Py_None &&
+        (bad || ((d = (int)v[0].t.device.device_type) != DEV_CPU && d != DEV_CUDA &&
+                 d != DEV_CUDA_HOST && d != DEV_CUDA_MANAGED))) {
+      /* a device the producer cannot describe or the library does not serve (an NPU): the
+       * fallback's turn; where it declines (NotImplemented), the call goes on to its error */
+      PyObject *et, *ev, *tb;
+      PyErr_Fetch(&et, &ev, &tb);
+      result = to_fallback(k0, kOpName[op], a, n);
+      if (result == Py_NotImplemented) {
+        Py_CLEAR(result);
+        PyErr_Restore(et, ev, tb);
       } else {
-        obj[i] = new_like(a[0], &v[0].t);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        viewed = !bad;
+        goto done;
       }
-      if (!obj[i]) goto done;
     }
-    if (view_of(&v[i], obj[i], names[i], 1, stream)) goto done;
+    if (bad) goto done;
+  }
+  for (int i = nin; i < nt; i++) {
+    if (inplace && i == 4) continue;
+    if ((given[i] = a[i] != Py_None)) {
+      obj[i] = Py_NewRef(a[i]);
+    } else if (ref) {
+      PyObject *shape = shape_of(&v[0].t);
+      obj[i] = shape ? PyObject_CallOneArg(reference_like, shape) : NULL;
+      Py_XDECREF(shape);
+    } else {
+      obj[i] = new_like(k0, a[0], &v[0].t);
+    }
+    if (!obj[i] || view_of(&v[i], obj[i], names[i], 1, &c)) goto done;
     viewed = i + 1;
   }
   zgate_options o = ZGATE_OPTIONS_INIT;
   o.num_threads = threads;
-  o.cuda_stream = stream;
+  o.cuda_stream = c.stream;
   DLTensor *t4 = inplace ? &v[0].t : &v[4].t;
   Py_BEGIN_ALLOW_THREADS
   switch (op) {
@@ -589,16 +674,12 @@ static PyObject *run(int op, PyObject *const *a, int nin, int nout, int inplace,
     goto done;
   }
   if (inplace && report_written(a[0])) goto done;
-  for (int i = nin; i < n; i++)
+  for (int i = nin; i < nt; i++)
     if (given[i] && report_written(obj[i])) goto done;
-  if (!bwd) {
-    result = Py_NewRef(obj[2]);
-  } else {
-    result = PyTuple_Pack(2, obj[3], inplace ? a[0] : obj[4]);
-  }
+  result = !bwd ? Py_NewRef(obj[2]) : PyTuple_Pack(2, obj[3], inplace ? a[0] : obj[4]);
 done:
   for (int i = 0; i < viewed; i++) release(&v[i]);
-  for (int i = nin; i < n; i++) Py_XDECREF(obj[i]);
+  for (int i = nin; i < nt; i++) Py_XDECREF(obj[i]);
   return result;
 }
 
@@ -608,63 +689,34 @@ static int nargs_is(const char *f, Py_ssize_t got, Py_ssize_t want) {
   return 0;
 }
 
-/* The kind of the first array, or the fallback's answer in *r for a FALLBACK kind. */
-static Kind *entry_kind(const char *op, PyObject *const *a, Py_ssize_t n, PyObject **r) {
-  Kind *k = kind_of(a[0]);
-  *r = NULL;
-  if (k && k->mode == M_FALLBACK) {
-    *r = to_fallback(k, op, a, n);
-    return NULL;
-  }
-  return k;
-}
-
-static PyObject *immutable(Kind *k, PyObject *x, const char *what) {
-  (void)k;
-  return fail(-1, "%s arrays are immutable: outputs (%s) cannot be given for them",
-              Py_TYPE(x)->tp_name, what);
-}
-
 /* bwd(dout, z, o, dz, dout_scaled, inplace, num_threads) -> (dz, dout_scaled) */
 static PyObject *py_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  if (!nargs_is("bwd", n, 7)) return NULL;
   int threads, inplace;
-  if (threads_of(a[6], &threads) || flag_of(a[5], "inplace", &inplace)) return NULL;
-  PyObject *r;
-  Kind *k = entry_kind("bwd", a, n, &r);
-  if (!k) return r;
-  if (inplace && !is_none(a[4]) && a[4] != a[0])
+  if (!nargs_is("bwd", n, 7) || threads_of(a[6], &threads) || flag_of(a[5], "inplace", &inplace))
+    return NULL;
+  if (inplace && a[4] != Py_None && a[4] != a[0])
     return fail(-1, "inplace=True writes dout_scaled into dout; do not pass dout_scaled as well");
-  if ((inplace || !is_none(a[3]) || !is_none(a[4])) && !k->mutable_)
-    return immutable(k, a[0], "dz=, dout_scaled=, inplace=");
-  return run(OP_BWD, a, 3, 2, inplace, threads, a, n);
+  return run(OP_BWD, a, n, 3, 2, inplace, threads);
 }
 
 /* fwd(o, z, out, num_threads) -> out */
 static PyObject *py_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  if (!nargs_is("fwd", n, 4)) return NULL;
   int threads;
-  if (threads_of(a[3], &threads)) return NULL;
-  PyObject *r;
-  Kind *k = entry_kind("fwd", a, n, &r);
-  if (!k) return r;
-  if (!is_none(a[2]) && !k->mutable_) return immutable(k, a[0], "out=");
-  return run(OP_FWD, a, 2, 1, 0, threads, a, n);
+  if (!nargs_is("fwd", n, 4) || threads_of(a[3], &threads)) return NULL;
+  return run(OP_FWD, a, n, 2, 1, 0, threads);
 }
 
 /* reference_bwd(dout, z, o, dz, dout_scaled) -> (dz, dout_scaled); new outputs float64 NumPy */
 static PyObject *py_reference_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  if (!nargs_is("reference_bwd", n, 5)) return NULL;
-  return run(OP_REF_BWD, a, 3, 2, a[4] == a[0], 0, a, n);
+  return nargs_is("reference_bwd", n, 5) ? run(OP_REF_BWD, a, n, 3, 2, a[4] == a[0], 0) : NULL;
 }
 
 static PyObject *py_reference_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  if (!nargs_is("reference_fwd", n, 3)) return NULL;
-  return run(OP_REF_FWD, a, 2, 1, 0, 0, a, n);
+  return nargs_is("reference_fwd", n, 3) ? run(OP_REF_FWD, a, n, 2, 1, 0, 0) : NULL;
 }
 
 /* check_tensor(quantity, got, ref, dout, z, o) -> dict: zgate_check_tensor's statistics of
@@ -676,17 +728,17 @@ static PyObject *py_check_tensor(PyObject *self, PyObject *const *a, Py_ssize_t 
   if (q == -1 && PyErr_Occurred()) return NULL;
   static const char *const names[] = {"got", "ref", "dout", "z", "o"};
   View v[5];
-  int viewed = 0, rc = -1;
+  Call c = {NULL, 0, -1};
+  int viewed = 0, rc = -1, with_dout = a[3] != Py_None;
   for (; viewed < 5; viewed++)
-    if (viewed != 2 || !is_none(a[3]))
-      if (view_of(&v[viewed], a[viewed + 1], names[viewed], 0, NULL)) break;
+    if ((viewed != 2 || with_dout) && view_of(&v[viewed], a[viewed + 1], names[viewed], 0, &c)) break;
   zgate_check_stats st;
   zgate_check_stats_init(&st);
   if (viewed == 5)
-    rc = zgate_check_tensor((zgate_check_quantity)q, &v[0].t, &v[1].t, is_none(a[3]) ? NULL : &v[2].t,
+    rc = zgate_check_tensor((zgate_check_quantity)q, &v[0].t, &v[1].t, with_dout ? &v[2].t : NULL,
                             &v[3].t, &v[4].t, &st);
   for (int i = 0; i < viewed; i++)
-    if (i != 2 || !is_none(a[3])) release(&v[i]);
+    if (i != 2 || with_dout) release(&v[i]);
   if (viewed < 5) return NULL;
   if (rc) return fail(-1, "check_tensor: the tensors are unusable (host memory, equal shapes, "
                       "float32/float16/bfloat16/float64)");
@@ -697,7 +749,6 @@ static PyObject *py_check_tensor(PyObject *self, PyObject *const *a, Py_ssize_t 
                        "max_err_units", st.max_err_units, "max_bound_ratio", st.max_bound_ratio,
                        "max_rel_err", st.max_rel_err, "worst_index", (long long)st.worst_index);
 }
-
 /* info() -> dict: what the library was built with and chooses, and its path. */
 static PyObject *py_info(PyObject *self, PyObject *unused) {
   (void)self;
@@ -774,5 +825,9 @@ PyMODINIT_FUNC PyInit__binding(void) {
       !(kw_mv_stream = Py_BuildValue("(ss)", "max_version", "stream")) ||
       !(kw_stream = Py_BuildValue("(s)", "stream")) || !(max_version = Py_BuildValue("(ii)", 1, 0)))
     return NULL;
+  static const char *const keys[] = {"shape", "typestr", "data", "strides", "mask", "stream"};
+  for (int i = 0; i < 6; i++)
+    if (!(cai_keys[i] = PyUnicode_InternFromString(keys[i]))) return NULL;
+  if (!(s_cai = PyUnicode_InternFromString("__cuda_array_interface__"))) return NULL;
   return PyModule_Create(&module);
 }

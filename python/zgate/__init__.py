@@ -5,12 +5,11 @@
     bwd:  dz          = dout * o * s * (1 + z * (1 - s))
           dout_scaled = dout * s * z
 
-Arrays of any DLPack producer are accepted (NumPy with ml_dtypes for bfloat16, PyTorch, CuPy)
-and new outputs come back as the same kind. zgate._binding (python/ext) is their one path into
-the library, libzgate, installed beside it. JAX arrays go through XLA's FFI instead (zgate._jax:
-the library as a custom call in JAX's programs, on the CPU and CUDA GPUs, under jax.jit too).
-PyTorch's custom ops, autograd and torch.compile support are in ``zgate.torch`` (imported on
-demand: this package works without PyTorch).
+Arrays of NumPy (bfloat16 from ml_dtypes), PyTorch, CuPy and any DLPack or CUDA Array
+Interface producer are read by zgate._binding (python/ext), their one path into libzgate;
+new outputs are of the first array's kind. JAX arrays go through XLA's FFI (zgate._jax), under
+jax.jit too. PyTorch's custom ops, autograd and torch.compile: ``zgate.torch`` (imported on
+demand: this package works without PyTorch). docs/api.md has the details.
 """
 import sys
 
@@ -55,18 +54,18 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     """Backward of the gate: returns (dz, dout_scaled).
 
     dz = dout * o * s * (1 + z * (1 - s)), dout_scaled = dout * s * z, s = sigmoid(z), in
-    float32 math. Inputs are any arrays that speak DLPack; new outputs are of dout's kind,
-    device and dtype, compact. Given outputs (dz=, dout_scaled=) are written in their own
-    dtype (float32, float16 or bfloat16). inplace=True writes dout_scaled into dout.
-    num_threads: CPU threads (0 = the OpenMP default). CUDA work is queued on the caller's
-    current stream (PyTorch's or CuPy's; the legacy default stream otherwise).
+    float32 math. New outputs are of dout's kind, device and dtype, compact; given ones
+    (dz=, dout_scaled=) are written in their own dtype (float32, float16 or bfloat16).
+    inplace=True writes dout_scaled into dout. num_threads: CPU threads (0 = the OpenMP
+    default). CUDA work is queued, not waited for, on the stream the arrays name: PyTorch's
+    current stream, the one a CUDA Array Interface names (CuPy's current stream), else the
+    legacy default stream.
 
-    JAX arrays (dout a JAX array, or any input traced by jax.jit): the library runs as an XLA
-    custom call, eagerly or inside jax.jit, on the CPU or a CUDA GPU on XLA's stream; the
-    outputs are new JAX arrays (given outputs and inplace are refused: JAX arrays are
-    immutable). XLA hands the call compact buffers: a z sliced from a larger array is copied
-    first. Shapes and dtypes are checked when the call is traced (zgate.Error); a failure
-    inside the running program surfaces as JAX's runtime error, with the library's message.
+    JAX arrays (dout a JAX array, or any input traced by jax.jit): an XLA custom call on XLA's
+    stream, eagerly or inside jax.jit; new JAX arrays out (given outputs and inplace are
+    refused: JAX arrays are immutable). XLA hands the call compact buffers (a sliced z is
+    copied first). Shapes and dtypes are checked when the call is traced (zgate.Error); a
+    failure inside the running program is JAX's runtime error, with the library's message.
     """
     if _compiling():
         from .torch import traced_bwd

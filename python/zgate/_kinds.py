@@ -1,21 +1,20 @@
 """How zgate._binding reads each array type and makes new outputs like it: chosen once per
-type by classify(type), which answers a tuple
+type by classify(type), which answers the tuple of _kind's arguments:
 
-    (mode, exchange capsule, like, written, fallback, stream, alt, mutable, cpu_only)
-
-mode      how an array is read (binding.c): EXCHANGE (the DLPack C exchange API of the type),
-          BUFFER (the buffer protocol: NumPy), DLPACK (__dlpack__ capsules), FALLBACK (the
-          type's calls go to `fallback`: PyTorch subclasses that dispatch their own operators)
-like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x
+mode      how an array is read, as binding.c describes: EXCHANGE (PyTorch), BUFFER (NumPy),
+          CAI (CuPy, Numba...), DLPACK (others), FALLBACK (PyTorch subclasses with their own
+          dispatch: their calls go to `fallback`)
+like      (fn, keywords): a new output is fn(x), or fn(x, **keywords) for a strided x; or None
 written   called with a given output after the library wrote into it (PyTorch's version
           counter), or None
 fallback  fallback(op, *args) for arrays on devices the library does not serve (an NPU), or
           NotImplemented where it does not take the call either
-stream    stream(device_id): the consumer's current CUDA stream (DLPACK mode), or None for
+stream    stream(device_id): the framework's current CUDA stream (DLPACK mode), or None for
           the legacy default stream
 alt       BUFFER: the bits of an array the buffer protocol refuses (bfloat16 as uint16);
           DLPACK: the object to export instead of the array (a detached PyTorch tensor)
-mutable   whether outputs may be given; cpu_only: no device query needed
+mutable   whether it may be written (given as an output)
+api       EXCHANGE: the type's DLPack C exchange API capsule
 """
 import math
 import sys
@@ -23,28 +22,38 @@ import sys
 from ._binding import address
 from ._errors import Error
 
-EXCHANGE, BUFFER, DLPACK, FALLBACK = range(4)
+EXCHANGE, BUFFER, CAI, DLPACK, FALLBACK = range(5)
 ALIGN = 64   # bytes: new CPU outputs start on a cache line
-_np = None   # numpy, once an array of it is seen
+_np = _cupy = None   # the modules, once an array of theirs is seen
+
+
+def _kind(mode, like=None, written=None, fallback=None, stream=None, alt=None, mutable=True,
+          api=None):
+    return (mode, api, like, written, fallback, stream, alt, mutable)   # as binding.c parses it
 
 
 def classify(t):
-    m = sys.modules
-    np, torch, cupy, jax = (m.get(n) for n in ("numpy", "torch", "cupy", "jax"))
+    global _np, _cupy
+    np, torch, cupy, jax = (sys.modules.get(n) for n in ("numpy", "torch", "cupy", "jax"))
     if np is not None and issubclass(t, np.ndarray):
-        global _np
         _np = np
-        return (BUFFER, None, (_numpy_like, None), None, None, None, _bfloat16_bits, True, True)
+        return _kind(BUFFER, like=(_numpy_like, None), alt=_bfloat16_bits)
     if torch is not None and issubclass(t, torch.Tensor):
         return _torch(t, torch)
-    if cupy is not None and issubclass(t, cupy.ndarray):
-        return _dlpack(t, (_cupy_like, None), _cupy_stream, True)
-    if jax is not None and issubclass(t, jax.Array):
-        return _dlpack(t, (_jax_like, None), None, False)
+    if jax is not None and issubclass(t, jax.Array):   # it has the CUDA Array Interface on GPUs
+        # immutable, and a call led by a JAX array goes to zgate._jax: no outputs made here
+        return _kind(DLPACK, mutable=False)
+    if (api := _exchange_api(t)) is not None:
+        return _kind(EXCHANGE, api=api)
+    if hasattr(t, "__cuda_array_interface__"):
+        if cupy is not None and issubclass(t, cupy.ndarray):
+            _cupy = cupy
+            return _kind(CAI, like=(_cupy_like, None))
+        return _kind(CAI)
     if hasattr(t, "__dlpack__") and hasattr(t, "__dlpack_device__"):
-        return _dlpack(t, (_dlpack_like, None), None, True)
-    raise Error(None, "expected an array that speaks DLPack (NumPy, PyTorch, CuPy, JAX...), "
-                "got %s" % t.__name__)
+        return _kind(DLPACK, like=(_dlpack_like, None))
+    raise Error(None, "expected an array that speaks DLPack or the CUDA Array Interface "
+                "(NumPy, PyTorch, CuPy, JAX...), got %s" % t.__name__)
 
 
 def _exchange_api(t):
@@ -52,27 +61,20 @@ def _exchange_api(t):
         t, "__c_dlpack_exchange_api__", None)
 
 
-def _dlpack(t, like, stream, mutable):
-    api = _exchange_api(t)
-    return (EXCHANGE if api is not None else DLPACK, api, like, None, None, stream, None,
-            mutable, False)
-
-
-def aligned_empty(shape, dtype):
+def _aligned(shape, dtype, nbytes):
     """A new C-ordered NumPy array whose data starts on an ALIGN-byte boundary."""
-    import numpy as np
-    dtype = np.dtype(dtype)
-    buf = np.empty(math.prod(shape) * dtype.itemsize + ALIGN, np.uint8)
-    return np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
+    buf = _np.empty(nbytes + ALIGN, _np.uint8)
+    return _np.ndarray(shape, dtype, buf, -address(buf) % ALIGN)
 
 
 def _numpy_like(x):
-    buf = _np.empty(x.nbytes + ALIGN, _np.uint8)
-    return _np.ndarray(x.shape, x.dtype, buf, -address(buf) % ALIGN)
+    return _aligned(x.shape, x.dtype, x.nbytes)
 
 
 def reference_like(shape):
-    return aligned_empty(shape, "float64")
+    global _np
+    import numpy as _np
+    return _aligned(shape, _np.float64, 8 * math.prod(shape))
 
 
 def _bfloat16_bits(x):
@@ -81,43 +83,35 @@ def _bfloat16_bits(x):
 
 def _dlpack_like(x):
     """A new NumPy output like another producer's CPU array."""
-    import numpy as np
     if x.__dlpack_device__()[0] != 1:
         raise Error(None, "cannot make outputs like a %s on device %s; pass them"
                     % (type(x).__name__, tuple(x.__dlpack_device__())))
-    a = np.from_dlpack(x)
-    return aligned_empty(a.shape, a.dtype)
+    global _np
+    import numpy as _np
+    return _numpy_like(_np.from_dlpack(x))
 
 
 def _cupy_like(x):
-    import cupy
-    with cupy.cuda.Device(x.device.id):
-        return cupy.empty(x.shape, x.dtype)
-
-
-def _cupy_stream(device_id):
-    import cupy
-    return cupy.cuda.get_current_stream(device_id).ptr
-
-
-def _jax_like(x):
-    """Never needed by zgate.bwd/fwd, which send a call led by a JAX array to zgate._jax (XLA's
-    FFI); the binding reads JAX arrays only as inputs of other kinds' calls (CPU, DLPack)."""
-    raise Error(None, "outputs like a JAX array are made by XLA: call zgate.bwd/fwd (zgate._jax)")
+    """CuPy allocates on the current device (from its pool for the current stream, the one
+    the call runs on): a Device context only where x is on another."""
+    dev = x.data.device_id
+    if dev == _cupy.cuda.runtime.getDevice():
+        return _cupy.ndarray(x.shape, x.dtype)
+    with _cupy.cuda.Device(dev):
+        return _cupy.ndarray(x.shape, x.dtype)
 
 
 def _torch(t, torch):
-    fallback = _torch_fallback
     if (t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__   # DTensor and the like
             or t.device is not torch.Tensor.device):   # a device its DLPack view may not show
-        return (FALLBACK, None, None, None, fallback, None, None, True, False)
-    like = (torch.empty_like, {"memory_format": torch.contiguous_format})
-    written = getattr(torch.autograd.graph, "increment_version", None)
+        return _kind(FALLBACK, fallback=_torch_fallback)
     api = _exchange_api(t)
     # without the exchange API (an older PyTorch): __dlpack__ of a detached alias (it refuses
     # a tensor that requires grad), on PyTorch's current stream
-    return (EXCHANGE if api is not None else DLPACK, api, like, written, fallback,
-            _torch_stream, t.detach, True, False)
+    return _kind(EXCHANGE if api is not None else DLPACK, api=api,
+                 like=(torch.empty_like, {"memory_format": torch.contiguous_format}),
+                 written=getattr(torch.autograd.graph, "increment_version", None),
+                 fallback=_torch_fallback, stream=_torch_stream, alt=t.detach)
 
 
 def _torch_stream(device_id):
