@@ -38,7 +38,6 @@ import sys
 
 import numpy as np
 
-from .. import oracle as O
 from .._mamba import import_upstream_dzdo
 from .. import selfcheck as S
 from . import device as D
@@ -118,16 +117,9 @@ def _check_args(a):
             raise BadArgs("baseline %s: %s" % (a.baseline, e)) from None
     if a.golden:
         try:
-            gold = np.load(a.golden)
-            seed = int(gold["__seed__"])
-        except (OSError, ValueError, KeyError) as e:
-            raise BadArgs("cannot read golden file %s: %s" % (a.golden, e)) from None
-        if seed != a.seed:
-            raise BadArgs("%s was made with seed %d, this run uses %d" % (a.golden, seed, a.seed))
-        missing = [c.name for c in cases if "%s|0" % c.name not in gold]
-        if missing:
-            raise BadArgs("%s has no outputs of %d cases of this run (%s)" % (
-                a.golden, len(missing), ", ".join(missing[:3])))
+            gold = S.load_golden(a.golden, a.seed, names)
+        except ValueError as e:
+            raise BadArgs(str(e)) from None
     return cases, base, gold
 
 
@@ -213,7 +205,7 @@ def main(argv=None):
         print("error: %s" % e, file=sys.stderr)
         return 2
     triton_kernel = a.impl != "zgate" or a.device == "npu"
-    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else O.F32_ULPS
+    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else S.F32_ULPS
     copy_gbps = dev.copy_gbps((1 << 30) if a.device != "cpu" else (64 << 20))
     meta = {"device": a.device, "device_name": _device_name(dev, a), "impl": a.impl,
             "seed": a.seed, "quick": a.quick, "op": a.op, "warmup": a.warmup,
@@ -229,7 +221,7 @@ def main(argv=None):
         row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,
                         copy_gbps)
         for j, g in enumerate(row.pop("outs") or ()):
-            saved["%s|%d" % (case.name, j)] = g.view(np.uint16) if g.dtype == O.BF16 else g
+            saved["%s|%d" % (case.name, j)] = S.stored(g)
         rows.append(row)
         k = row.get("kernel")
         print("%-44s %s" % (case.name, row["error"] or "%s %10.1f us%s" % (

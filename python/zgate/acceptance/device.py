@@ -124,7 +124,7 @@ class Cpu(Device):
 
     def empty(self, shape, dtype, slack=0):
         n = int(np.prod(shape))
-        return np.full(n + slack, np.nan, S._np_dtype(dtype))[:n].reshape(shape)
+        return np.full(n + slack, np.nan, S.np_dtype(dtype))[:n].reshape(shape)
 
     def get(self, t):
         return np.array(t)
@@ -159,7 +159,7 @@ class _Torch(Device):
         self._flush_names = None
 
     def put(self, a):
-        return S._to_torch(self.torch, a, self.name)
+        return S.to_torch(self.torch, a, self.name)
 
     def empty(self, shape, dtype, slack=0):
         n = int(np.prod(shape))
@@ -168,7 +168,7 @@ class _Torch(Device):
         return buf[:n].view(shape)
 
     def get(self, t):
-        return S._from_torch(t)
+        return S.from_torch(t)
 
     def sync(self):
         self.mod.synchronize()
