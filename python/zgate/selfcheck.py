@@ -59,20 +59,10 @@ class Case(NamedTuple):
 _DT = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
-def _case_file():
-    """cases.def: beside this module in an installed package, check/ in the source tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "cases.def"),
-                 os.path.join(here, "..", "..", "check", "cases.def")):
-        if os.path.isfile(path):
-            return path
-    raise FileNotFoundError("zgate's case list cases.def is neither beside %s nor in the "
-                            "source tree's check/" % __file__)
-
-
 def _read_case_file():
-    """(shapes [(shape, set)], dtypes [(name, 5 dtypes)], layouts [name]) of check/cases.def."""
-    text = open(_case_file()).read()
+    """(shapes [(shape, set)], dtypes [(name, 5 dtypes)], layouts [name]) of check/cases.def,
+    installed beside this module."""
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.def")).read()
     shapes = [(tuple(int(v) for v in m[:4]), m[4]) for m in
               re.findall(r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), (\w+)\)", text, re.M)]
     dtypes = [(m[0], tuple(_DT[t] for t in m[1:])) for m in
@@ -257,30 +247,48 @@ def load_golden(path, seed, names):
     return gold
 
 
-# --- backends -------------------------------------------------------------------------------
+# --- devices and backends: the acceptance run's devices extend these with timing ----------
 
-class Unavailable(RuntimeError):
-    pass
+class Host:
+    """NumPy arrays in host memory, the C library's CPU path."""
+    name = "cpu"
+
+    def put(self, a):
+        return a
+
+    def empty(self, shape, dtype, slack=0):
+        """NaN-poisoned, with `slack` more elements after it."""
+        n = int(np.prod(shape))
+        return np.full(n + slack, np.nan, np_dtype(dtype))[:n].reshape(shape)
+
+    def get(self, t):
+        return np.array(t)
+
+    def sync(self):
+        pass
 
 
-def _torch_dev(backend):
-    import torch
-    if backend == "cuda" or (backend == "triton" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise Unavailable("no CUDA device visible to PyTorch")
-        return torch, "cuda"
-    if backend == "npu":
-        try:
-            import torch_npu  # noqa: F401
-        except ImportError as e:
-            raise Unavailable("torch_npu is not installed (pip install torch-npu; needs "
-                              "CANN)") from e
-        if not torch.npu.is_available():
-            raise Unavailable("no NPU visible to torch_npu")
-        return torch, "npu"
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise Unavailable("no GPU: set TRITON_INTERPRET=1 to run the Triton kernel on the CPU")
-    return torch, "cpu"
+class Torch(Host):
+    """PyTorch tensors on a device: "cuda", "npu", or "cpu" (the Triton interpreter)."""
+
+    def __init__(self, name):
+        import torch
+        self.torch, self.name, self.mod = torch, name, getattr(torch, name)
+
+    def put(self, a):
+        return to_torch(self.torch, a, self.name)
+
+    def empty(self, shape, dtype, slack=0):
+        n = int(np.prod(shape))
+        buf = self.torch.full((n + slack,), float("nan"), dtype=getattr(self.torch, dtype),
+                              device=self.name)
+        return buf[:n].view(shape)
+
+    def get(self, t):
+        return from_torch(t)
+
+    def sync(self):
+        self.mod.synchronize()
 
 
 def to_torch(torch, a, dev):
@@ -307,31 +315,64 @@ def from_torch(t):
     return t.contiguous().numpy()
 
 
-def run_backend(backend, case, arrays):
-    """The case's outputs as NumPy arrays, computed by `backend` into NaN-poisoned outputs."""
-    import zgate
-    out_dt = case.dtypes[len(arrays):]
-    if backend == "cpu":
-        mod, put, get = zgate, (lambda a: a), np.asarray
-        outs = [np.full(case.shape, np.nan, np_dtype(d)) for d in out_dt]
-    else:
-        torch, dev = _torch_dev(backend)
-        mod = zgate if backend in ("cuda", "npu") else __import__("zgate.triton",
-                                                                   fromlist=["bwd"])
-        put, get = (lambda a: to_torch(torch, a, dev)), from_torch
-        outs = [torch.full(case.shape, float("nan"), dtype=getattr(torch, d), device=dev)
-                for d in out_dt]
-    ins = [put(a) for a in arrays]
-    if case.inplace and backend == "cpu":
-        ins[0] = ins[0].copy()      # the arrays stay as they were, for the reference
+def gate_call(module, dev, case, ins, **kw):
+    """(call, outputs) of module.bwd / module.fwd (zgate or zgate.triton) on the device inputs,
+    into new poisoned outputs; in place, dout_scaled is dout (the case list gives it dout's
+    dtype)."""
+    outs = [dev.empty(case.shape, d) for d in case.dtypes[len(ins):]]
     if case.op == "fwd":
-        mod.fwd(*ins, out=outs[0])
-    elif case.inplace:          # the case list gives dout_scaled dout's dtype
-        mod.bwd(*ins, dz=outs[0], inplace=True)
+        return lambda: module.fwd(*ins, out=outs[0], **kw), outs
+    if case.inplace:
         outs[1] = ins[0]
-    else:
-        mod.bwd(*ins, dz=outs[0], dout_scaled=outs[1])
-    return [get(t) for t in outs]
+        return lambda: module.bwd(*ins, dz=outs[0], inplace=True, **kw), outs
+    return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
+
+
+def open_backend(backend):
+    """(device, module) of a self-check backend, or RuntimeError saying why not here."""
+    import zgate
+    if backend == "cpu":
+        return Host(), zgate
+    import torch
+    import zgate.triton
+    if backend == "npu":
+        try:
+            import torch_npu  # noqa: F401
+        except ImportError as e:
+            raise RuntimeError("torch_npu is not installed (pip install torch-npu; needs "
+                              "CANN)") from e
+        if not torch.npu.is_available():
+            raise RuntimeError("no NPU visible to torch_npu")
+        return Torch("npu"), zgate
+    if backend == "cuda" or torch.cuda.is_available():
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device visible to PyTorch")
+        return Torch("cuda"), zgate if backend == "cuda" else zgate.triton
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("no GPU: set TRITON_INTERPRET=1 to run the Triton kernel on the CPU")
+    return Torch("cpu"), zgate.triton
+
+
+def check_case(dev, make_call, case, seed, f32_ulps, gold=None, interp=False):
+    """Run the case once on the device and judge its outputs: (row, call), the call to time
+    again; row["error"] and no call where it did not run. make_call(dev, case, device
+    inputs) -> (call, device outputs), as gate_call."""
+    arrays = inputs(case, seed)
+    row = {"case": case.name, "error": None, "outputs": [], "outs": None}
+    try:
+        ins = [dev.put(a) for a in arrays]
+        if case.inplace:        # dout is written over: the arrays stay as they were
+            ins[0] = dev.put(arrays[0].copy())
+        call, outs = make_call(dev, case, ins)
+        call()
+        dev.sync()
+        row["outs"] = [dev.get(t) for t in outs]
+        row["outputs"] = judge_case(case, arrays, row["outs"], f32_ulps, gold, interp)
+        row["precision_ok"] = outputs_ok(row["outputs"])
+        return row, call
+    except Exception as e:     # reported per case; a case that did not run fails the run
+        row["error"] = "%s: %s" % (type(e).__name__, e)
+        return row, None
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -361,17 +402,20 @@ def main(argv=None):
     triton_kernel = a.backend in ("triton", "npu")
     f32_ulps = TRITON_F32_ULPS if triton_kernel else F32_ULPS
     interp = triton_kernel and os.environ.get("TRITON_INTERPRET") == "1"
+    try:
+        dev, module = open_backend(a.backend)
+        make_call = (lambda dev, case, ins: gate_call(module, dev, case, ins))
+    except (ImportError, RuntimeError) as e:   # every case is reported as not run
+        why = "%s: %s" % (type(e).__name__, e)
+        dev, make_call = None, None
     results, saved, t0 = [], {"__seed__": np.array(a.seed)}, time.time()
     for case in todo:
-        arrays = inputs(case, a.seed)
-        row = {"case": case, "error": None, "outputs": []}
-        try:
-            outs = run_backend(a.backend, case, arrays)
-            row["outputs"] = judge_case(case, arrays, outs, f32_ulps, gold, interp)
-        except Exception as e:     # reported per case; a case that did not run fails
-            row["error"] = "%s: %s" % (type(e).__name__, e)
+        if dev is None:
+            row = {"case": case.name, "error": why, "outputs": [], "outs": None}
         else:
-            saved.update(("%s|%d" % (case.name, j), stored(g)) for j, g in enumerate(outs))
+            row = check_case(dev, make_call, case, a.seed, f32_ulps, gold, interp)[0]
+        saved.update(("%s|%d" % (case.name, j), stored(g))
+                     for j, g in enumerate(row.pop("outs") or ()))
         results.append(row)
         print("%-48s %s" % (case.name, _verdict(row)), flush=True)
     if a.save_golden:
@@ -426,12 +470,12 @@ def report(a, results, seconds, f32_ulps, interp):
     for r in results:
         if r["error"]:
             lines.append("| %s | - | - | - | - | - | did not run: %s |" % (
-                r["case"].name, r["error"].replace("|", "/")[:200]))
+                r["case"], r["error"].replace("|", "/")[:200]))
         for m in r["outputs"]:
             gcol = "-" if "golden_ok" not in m else "%s (%.3g)" % (
                 "ok" if m["golden_ok"] else "FAIL", m["golden_worst"])
             lines.append("| %s | %s | %s | %.2f | %.3f | %s | %s |" % (
-                r["case"].name, m["output"], m["dtype"], m["ulps"], m["max_bound_ratio"],
+                r["case"], m["output"], m["dtype"], m["ulps"], m["max_bound_ratio"],
                 gcol, _verdict(r)))
     return "\n".join(lines) + "\n"
 

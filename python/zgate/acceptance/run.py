@@ -37,13 +37,7 @@ def nbytes(case):
 
 def zgate_impl(module, threads=0):
     kw = {"num_threads": threads} if threads else {}
-
-    def prepare(dev, case, ins):
-        outs = [dev.empty(case.shape, d) for d in case.dtypes[len(ins):]]
-        if case.op == "bwd":
-            return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
-        return lambda: module.fwd(*ins, out=outs[0], **kw), outs
-    return prepare
+    return lambda dev, case, ins: S.gate_call(module, dev, case, ins, **kw)
 
 
 def upstream_impl(mod):
@@ -83,21 +77,16 @@ def _stats(us):
 
 
 def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps):
-    """The case's row: precision (the self-check's judgement, with the golden run's outputs if
-    given) and speed; `error` where it did not run."""
-    arrays = S.inputs(case, seed)
-    row = {"case": case.name, "op": case.op, "shape": list(case.shape),
-           "dtype": case.dtypes[0], "layout": case.layout, "bytes": nbytes(case),
-           "error": None, "outputs": [], "outs": None}
+    """The case's row: precision (the self-check's check_case) and speed; `error` where it did
+    not run."""
+    row, call = S.check_case(dev, prepare, case, seed, f32_ulps, gold)
+    row.update(op=case.op, shape=list(case.shape), dtype=case.dtypes[0], layout=case.layout,
+               bytes=nbytes(case))
     row["ideal_us"] = row["bytes"] / copy_gbps * 1e-3
     row["launch_bound"] = row["ideal_us"] < LAUNCH_BOUND_US
+    if call is None:
+        return row
     try:
-        call, outs = prepare(dev, case, [dev.put(a) for a in arrays])
-        call()
-        dev.sync()
-        row["outs"] = [dev.get(t) for t in outs]
-        row["outputs"] = S.judge_case(case, arrays, row["outs"], f32_ulps, gold)
-        row["precision_ok"] = S.outputs_ok(row["outputs"])
         row["kernel"] = _stats(dev.kernel_us(call, warmup, repeats))
         row["wall"] = row["kernel"] if dev.kernel_is_wall else _stats(
             dev.wall_us(call, warmup, repeats))
