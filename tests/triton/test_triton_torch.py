@@ -52,7 +52,7 @@ def test_bwd_fwd_guards(rng, dtype, shape):
     dz, bz, n = _guarded(shape, dtype)
     dos, bs, _ = _guarded(shape, dtype)
     zt.bwd(dout, z, o, dz=dz, dout_scaled=dos)
-    host = [_host(t) for t in (dout, z, o)]
+    host = [selfcheck.from_torch(t) for t in (dout, z, o)]
     rdz, rdos = zgate.reference_bwd(*host)
     _check("dz", dz, rdz, *host)
     _check("dout_scaled", dos, rdos, *host)
@@ -63,15 +63,10 @@ def test_bwd_fwd_guards(rng, dtype, shape):
     assert (bo[n:] == 12345.0).all()
 
 
-def _host(t):
-    """A tensor's values as NumPy (bfloat16 as ml_dtypes')."""
-    return selfcheck.from_torch(t)
-
-
 def _check(name, t, ref, dout, z, o):
     """The interpreter's bfloat16 outputs judged as rounded to nearest (its conversion
     truncates and loses subnormals), under the Triton kernel's float32 bound."""
-    got, _ = selfcheck.as_rounded_to_nearest(_host(t), ref)
+    got, _ = selfcheck.as_rounded_to_nearest(selfcheck.from_torch(t), ref)
     check(name, got, ref, dout, z, o, selfcheck.TRITON_F32_ULPS)
 
 

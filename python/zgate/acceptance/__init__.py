@@ -115,22 +115,19 @@ def _check_args(a):
 
 
 def _impl(a):
-    if a.impl == "upstream":
-        why = __import__("zgate.triton", fromlist=["available"]).available(a.device)
-        if why:
-            raise BadArgs("--impl upstream: " + why)
-        try:
-            return U.upstream_impl(import_upstream_dzdo(a.upstream_path))
-        except ImportError as e:
-            raise BadArgs("--impl upstream: %s" % e) from None
-    if a.impl == "triton":
-        import zgate.triton as zt
-        why = zt.available(a.device)
-        if why:
-            raise BadArgs("--impl triton: " + why)
-        return U.zgate_impl(zt)
     import zgate
-    return U.zgate_impl(zgate, a.threads)
+    if a.impl == "zgate":
+        return U.zgate_impl(zgate, a.threads)
+    import zgate.triton as zt      # importable without Triton: available() says what is missing
+    why = zt.available(a.device)
+    if why:
+        raise BadArgs("--impl %s: %s" % (a.impl, why))
+    if a.impl == "triton":
+        return U.zgate_impl(zt)
+    try:
+        return U.upstream_impl(import_upstream_dzdo(a.upstream_path))
+    except ImportError as e:
+        raise BadArgs("--impl upstream: %s" % e) from None
 
 
 def _versions(dev, a):
