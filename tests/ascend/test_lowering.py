@@ -2,10 +2,11 @@
 
 Each case builds the IR that bishengir-compile would receive for one plan (lowering_x86.py),
 runs it for fewer programs than tiles (so each program loops over tiles) and checks every
-output with tests/python/zg_oracle.py (zgate's C policy, through the installed package). Outputs start as a poison NaN and sit in buffers
-with a guard region after them: the kernel must write every element (no poison left), never
-touch the guard or the gaps of a strided output, and put NaN exactly where the reference
-has it (inputs include NaN and infinities besides the oracle's large |z|).
+output with tests/python/zg_oracle.py (zgate's C policy, through the installed package).
+Outputs start as a poison NaN and sit in buffers with a guard region after them: the kernel
+must write every element (no poison left), never touch the guard or the gaps of a strided
+output, and put NaN exactly where the reference has it (inputs include NaN and infinities
+besides the random inputs' large |z|).
 
     python -m pytest tests/ascend/test_lowering.py      (in the triton-ascend environment)
 

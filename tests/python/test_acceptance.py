@@ -84,7 +84,7 @@ def test_mismatch_is_refused_by_name():
         R.check_compatible({"seed": 7}, ["bwd b", "bwd a"], base, "base.json")
 
 
-# --- the judge of both commands: zgate.selfcheck.judge, the C policy ---------------------------
+# --- the judge of both commands: zgate.selfcheck.judge, the C policy -------------------------
 
 def _steps(a, i, k):
     """a copy of float array a with element i moved k representable values away from zero."""
@@ -95,15 +95,15 @@ def _steps(a, i, k):
 
 
 def _fwd_case(rng, dtype):
-    """o, z, the float64 reference of the forward, it rounded to dtype (within half an ulp),
-    and elements away from the root and from binade edges (|ref| in [1.25, 1.75) times a power
-    of two), where the scale is |ref|."""
+    """o, z, the forward's float64 reference rounded to dtype (within half an ulp), the
+    reference, and elements away from the root and from binade edges (|ref| in [1.25, 1.75)
+    times a power of two), where the scale is |ref|."""
     import zgate
     o, z = ((rng.standard_normal((4, 64)) * 3).astype(dtype) for _ in range(2))
     ref = zgate.reference_fwd(o, z)
     out = ref.astype(dtype)
-    m = np.abs(np.frexp(ref)[0]).reshape(-1)
-    return o, z, out, ref, np.flatnonzero((m >= 0.625) & (m < 0.875) & (np.abs(ref.reshape(-1)) > 1e-3))
+    m, r = np.abs(np.frexp(ref)[0]).reshape(-1), np.abs(ref.reshape(-1))
+    return o, z, out, ref, np.flatnonzero((m >= 0.625) & (m < 0.875) & (r > 1e-3))
 
 
 def test_judge_refuses_a_few_ulps_off(rng):
