@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Stage: the Python package. `pip install .` builds libzgate through CMake (scikit-build-core,
-# CUDA backend where nvcc exists) into the wheel, then pytest runs tests/python against the
-# installed package. NumPy/ml_dtypes tests always run; PyTorch and JAX (CPU) are installed
-# best-effort from PyPI so their tests run here too; CUDA, CuPy and JAX-GPU tests skip with
-# their reason on a machine without a GPU. Budget: 8 min on 2 cores.
+# Stage: the Python package. `pip wheel .` builds libzgate through CMake (scikit-build-core,
+# CUDA backend where nvcc exists) into build/wheel/, pip installs that wheel, then pytest runs
+# tests/python against the installed package. NumPy/ml_dtypes tests always run; PyTorch and
+# JAX (CPU) are installed best-effort from PyPI so their tests run here too; CUDA, CuPy and
+# JAX-GPU tests skip with their reason on a machine without a GPU. Budget: 8 min on 2 cores.
 #
 # Environment: ZGATE_PY_EXTRAS=0 skips installing PyTorch and JAX (their tests then skip).
 set -euo pipefail
@@ -32,13 +32,16 @@ if [ "${ZGATE_PY_EXTRAS:-1}" != 0 ]; then
   fi
 fi
 
-# Build and install the package (no build isolation: scikit-build-core is installed above,
-# and the same command works offline).
+# Build the wheel once (no build isolation: scikit-build-core is installed above, and the
+# same command works offline) and install it; 70-ascend installs the same wheel into its venv.
 log=$(mktemp)
-if ! "$py" -m pip install --no-build-isolation --no-deps --force-reinstall \
-     --disable-pip-version-check . >"$log" 2>&1; then
+rm -rf build/wheel
+if ! "$py" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check \
+     -w build/wheel . >"$log" 2>&1 ||
+   ! "$py" -m pip install --no-deps --force-reinstall --disable-pip-version-check \
+     build/wheel/zgate-*.whl >>"$log" 2>&1; then
   tail -n 60 "$log"; rm -f "$log"
-  echo "20-python: pip install . failed"; exit 1
+  echo "20-python: building or installing the wheel failed"; exit 1
 fi
 rm -f "$log"
 

@@ -6,6 +6,8 @@
 #     share an environment with upstream triton): triton-ascend's linalg lowering of the
 #     kernel executed on x86 (Debian's mlir-19-tools, llvm-19, clang-19, libclang-rt-19-dev),
 #     and the compile for Ascend 910B2/B3/B4 down to the final HIVM IR with its UB plan.
+#     zgate is the wheel 20-python built (build/wheel; built here when absent): its compiled
+#     binding judges the outputs by the C policy.
 # A tool that cannot be installed fails the stage; nothing here skips.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,5 +40,12 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton.backend
   "$venv/bin/pip" install -q --disable-pip-version-check "triton-ascend==3.2.0" \
     "ascendnpu-ir==1.2.0" pybind11 "numpy<2.4" ml_dtypes pytest
 fi
+wheel=$(ls build/wheel/zgate-*.whl 2>/dev/null | head -n 1 || true)
+if [ -z "$wheel" ]; then
+  "$py" -m pip wheel -q --no-build-isolation --no-deps --disable-pip-version-check -w build/wheel .
+  wheel=$(ls build/wheel/zgate-*.whl | head -n 1)
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 "$venv/bin/python" -c "import triton; from triton.backends import backends; assert 'ascend' in backends; print('70-ascend: triton-ascend', triton.__version__)"
-PYTHONPATH="$root/python" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/ascend
+# from the repository root but against the installed package (python/ is not on the path)
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/ascend

@@ -23,8 +23,7 @@ def recorded(times, copy_us=None, bound=(), seed=7, names=None):
         rows.append({"case": n, "dtype": "bfloat16", "bytes": 10 ** 8, "error": None,
                      "launch_bound": i in bound, "ideal_us": 5.0 if i in bound else 50.0,
                      "precision_ok": True, "frac_copy": c / t,
-                     "outputs": [{"request_ok": True, "bound_ok": True, "rel_scale": 0.0,
-                                  "ulps": 0.5, "dtype": "bfloat16"}],
+                     "outputs": [{"ok": True, "max_bound_ratio": 0.5, "dtype": "bfloat16"}],
                      "kernel": {"median": t, "min": t, "max": t, "n": 1},
                      "wall": {"median": t}, "copy": {"median": c}})
     meta = {"seed": seed, "impl": "zgate", "device_name": "test", "versions": {"zgate": "x"},
@@ -83,6 +82,64 @@ def test_mismatch_is_refused_by_name():
         R.check_compatible({"seed": 7}, ["bwd a", "fwd c"], base, "base.json")
     with pytest.raises(R.Mismatch, match="another order"):
         R.check_compatible({"seed": 7}, ["bwd b", "bwd a"], base, "base.json")
+
+
+# --- the judge of both commands: zgate.selfcheck.judge, the C policy -------------------------
+
+def _steps(a, i, k):
+    """a copy of float array a with element i moved k representable values away from zero."""
+    b = a.copy()
+    bits = b.reshape(-1).view(np.uint32 if b.dtype == np.float32 else np.uint16)
+    bits[i] = int(bits[i]) + k          # sign and magnitude: more bits, farther from zero
+    return b
+
+
+def _fwd_case(rng, dtype):
+    """o, z, the forward's float64 reference rounded to dtype (within half an ulp), the
+    reference, and elements away from the root and from binade edges (|ref| in [1.25, 1.75)
+    times a power of two), where the scale is |ref|."""
+    import zgate
+    o, z = ((rng.standard_normal((4, 64)) * 3).astype(dtype) for _ in range(2))
+    ref = zgate.reference_fwd(o, z)
+    out = ref.astype(dtype)
+    m, r = np.abs(np.frexp(ref)[0]).reshape(-1), np.abs(ref.reshape(-1))
+    return o, z, out, ref, np.flatnonzero((m >= 0.625) & (m < 0.875) & (r > 1e-3))
+
+
+def test_judge_refuses_a_few_ulps_off(rng):
+    import zgate
+    from zgate.selfcheck import judge
+    o, z, out, ref, good = _fwd_case(rng, np.float32)
+    i = int(good[0])
+    assert judge("out", zgate.fwd(o, z), ref, None, z, o)["ok"]
+    assert judge("out", _steps(out, i, 3), ref, None, z, o)["ok"]        # within 4 ulp
+    st = judge("out", _steps(out, i, 6), ref, None, z, o)
+    assert not st["ok"] and st["failures"] == 1 and st["first_fail"] == i
+    assert 5 < st["ulps"] < 7 and st["max_bound_ratio"] > 1
+    # the Triton kernel's bound, 64 ulp: the scale's input handed over times 16
+    assert judge("out", _steps(out, i, 6), ref, None, z, o, 64)["ok"]
+    assert judge("out", _steps(out, i, -60), ref, None, z, o, 64)["ok"]
+    assert not judge("out", _steps(out, i, -70), ref, None, z, o, 64)["ok"]
+    nan = out.copy()
+    nan.reshape(-1)[i] = np.nan
+    assert judge("out", nan, ref, None, z, o)["nan_mismatches"] == 1
+    with pytest.raises(ValueError, match="4 times a power of two"):
+        judge("out", out, ref, None, z, o, 6)
+
+
+def test_judge_bfloat16_and_the_interpreters_truncation(rng):
+    import zgate
+    from zgate.selfcheck import BF16, as_rounded_to_nearest, judge
+    o, z, out, ref, good = _fwd_case(rng, BF16)
+    i = int(good[0])
+    assert judge("out", zgate.fwd(o, z), ref, None, z, o)["ok"]
+    assert not judge("out", _steps(out, i, 2), ref, None, z, o)["ok"]    # 2 ulp: refused
+    # truncation toward zero (what the interpreter stores) is judged as rounded to nearest
+    trunc = (ref.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(BF16)
+    assert judge("out", as_rounded_to_nearest(trunc, ref)[0], ref, None, z, o)["ok"]
+    # ... which moves a value by one step at most: three steps toward zero stay refused
+    off = _steps(out, i, -3)
+    assert not judge("out", as_rounded_to_nearest(off, ref)[0], ref, None, z, o)["ok"]
 
 
 # --- the NPU's timing parts -------------------------------------------------------------------

@@ -6,25 +6,16 @@
         [--output report.md] [--json results.json] [--lang en|zh-CN]
         [--warmup N] [--repeats N] [--flush-mb N] [--seed N]
 
-On the competitor's GPU: --device cuda --save-baseline a100.json --save-golden a100.npz.
-On the NPU: --device npu --baseline a100.json --golden a100.npz --output report.md.
-
-Cases: the self-check's list (python -m zgate.selfcheck) with one dtype per case (bfloat16,
-float32), dense and Z as a view into the input projection, backward and forward, on the same
-seeded inputs everywhere; --quick its small shapes plus the smallest real shape. Precision:
-the self-check's judgement against the float64 reference and, with --golden, its comparison
-with another device's outputs. Speed: the device kernel time from the framework's profiler
-(CUDA: torch.profiler; NPU: triton-ascend's do_bench_npu, else torch_npu.profiler's
-kernel_details.csv; CPU: the call's wall time), the event-timed wall time beside it, and a
-copy of the same bytes timed the same way. With --baseline: per case the time ratio and the
-bandwidth-normalized ratio, and the verdict: PASS when the geomean of the time ratios is at
-least 0.9 over the cases whose ideal transfer time at the measured copy bandwidth is 10 us or
-more (at least two such cases are needed).
-
---impl: zgate (the C library on cpu and cuda, its Triton kernel on npu), triton (zgate's
-Triton kernel, the NPU's source, on cuda), upstream (mamba_ssm's dzdo kernel launched as its
-compute_dzdo does, on cuda or npu; backward only; from an installed mamba_ssm or from
---upstream-path, a folder holding mamba3/ or mamba_ssm/).
+The self-check's cases with one dtype per case (bfloat16, float32), dense and Z as a view into
+the input projection, backward and forward, on the same seeded inputs everywhere (--quick: its
+small shapes plus the smallest real shape), judged as the self-check judges them: against the
+float64 reference and, with --golden, another device's outputs. Speed: the device kernel time
+from the framework's profiler beside the event-timed wall time and a copy of the same bytes;
+with --baseline, PASS when the geomean of the time ratios is at least 0.9 over the cases whose
+ideal transfer time at the measured copy bandwidth is 10 us or more (two at least). --impl:
+zgate (the C library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda),
+upstream (mamba_ssm's dzdo kernel as its compute_dzdo launches it, backward only; installed or
+from --upstream-path). docs/operator.md gives the procedure on the GPU and the NPU.
 
 Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
 did not run; 2 bad arguments (refused before any work).
@@ -38,7 +29,6 @@ import sys
 
 import numpy as np
 
-from .. import oracle as O
 from .._mamba import import_upstream_dzdo
 from .. import selfcheck as S
 from . import device as D
@@ -118,36 +108,26 @@ def _check_args(a):
             raise BadArgs("baseline %s: %s" % (a.baseline, e)) from None
     if a.golden:
         try:
-            gold = np.load(a.golden)
-            seed = int(gold["__seed__"])
-        except (OSError, ValueError, KeyError) as e:
-            raise BadArgs("cannot read golden file %s: %s" % (a.golden, e)) from None
-        if seed != a.seed:
-            raise BadArgs("%s was made with seed %d, this run uses %d" % (a.golden, seed, a.seed))
-        missing = [c.name for c in cases if "%s|0" % c.name not in gold]
-        if missing:
-            raise BadArgs("%s has no outputs of %d cases of this run (%s)" % (
-                a.golden, len(missing), ", ".join(missing[:3])))
+            gold = S.load_golden(a.golden, a.seed, names)
+        except ValueError as e:
+            raise BadArgs(str(e)) from None
     return cases, base, gold
 
 
 def _impl(a):
-    if a.impl == "upstream":
-        why = __import__("zgate.triton", fromlist=["available"]).available(a.device)
-        if why:
-            raise BadArgs("--impl upstream: " + why)
-        try:
-            return U.upstream_impl(import_upstream_dzdo(a.upstream_path))
-        except ImportError as e:
-            raise BadArgs("--impl upstream: %s" % e) from None
-    if a.impl == "triton":
-        import zgate.triton as zt
-        why = zt.available(a.device)
-        if why:
-            raise BadArgs("--impl triton: " + why)
-        return U.zgate_impl(zt)
     import zgate
-    return U.zgate_impl(zgate, a.threads)
+    if a.impl == "zgate":
+        return U.zgate_impl(zgate, a.threads)
+    import zgate.triton as zt      # importable without Triton: available() says what is missing
+    why = zt.available(a.device)
+    if why:
+        raise BadArgs("--impl %s: %s" % (a.impl, why))
+    if a.impl == "triton":
+        return U.zgate_impl(zt)
+    try:
+        return U.upstream_impl(import_upstream_dzdo(a.upstream_path))
+    except ImportError as e:
+        raise BadArgs("--impl upstream: %s" % e) from None
 
 
 def _versions(dev, a):
@@ -186,19 +166,6 @@ def _first_line(cmd, path=None):
     return (hit or ["unknown"])[0]
 
 
-def _device_name(dev, a):
-    if a.device == "cpu":
-        name = None
-        try:
-            with open("/proc/cpuinfo") as f:
-                name = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")),
-                            None)
-        except OSError:
-            pass
-        return name or platform.processor() or platform.machine()
-    return dev.mod.get_device_name(0)
-
-
 def main(argv=None):
     ap = _parser()
     a = ap.parse_args(argv)
@@ -213,9 +180,9 @@ def main(argv=None):
         print("error: %s" % e, file=sys.stderr)
         return 2
     triton_kernel = a.impl != "zgate" or a.device == "npu"
-    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else O.F32_ULPS
+    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else S.F32_ULPS
     copy_gbps = dev.copy_gbps((1 << 30) if a.device != "cpu" else (64 << 20))
-    meta = {"device": a.device, "device_name": _device_name(dev, a), "impl": a.impl,
+    meta = {"device": a.device, "device_name": dev.device_name(), "impl": a.impl,
             "seed": a.seed, "quick": a.quick, "op": a.op, "warmup": a.warmup,
             "repeats": a.repeats, "flush_mb": dev.flush_bytes >> 20, "copy_gbps": copy_gbps,
             "golden": a.golden, "baseline": a.baseline, "date":
@@ -229,7 +196,7 @@ def main(argv=None):
         row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,
                         copy_gbps)
         for j, g in enumerate(row.pop("outs") or ()):
-            saved["%s|%d" % (case.name, j)] = g.view(np.uint16) if g.dtype == O.BF16 else g
+            saved["%s|%d" % (case.name, j)] = S.stored(g)
         rows.append(row)
         k = row.get("kernel")
         print("%-44s %s" % (case.name, row["error"] or "%s %10.1f us%s" % (

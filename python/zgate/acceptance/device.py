@@ -1,17 +1,16 @@
-"""The device calls of the acceptance run, behind one small interface.
-
-A Device puts NumPy arrays on the device (strides kept), allocates poisoned outputs, brings
-results back, synchronizes, flushes the last-level cache, and times a call three ways:
-kernel_us (device kernel time from the framework's profiler; the call's wall time on the
-CPU), wall_us (event-timed wall time of one call, cache flushed before each) and copy_call
-(a copy of given bytes, to be timed like the operator). Cpu, Cuda and Npu implement it; the
-NPU-only parts (the kernel_details.csv reader, the do_bench_npu adaptor) are plain functions.
+"""The devices of the acceptance run: the self-check's (zgate.selfcheck.Host, Torch: put
+arrays there with their strides, poisoned outputs, results back) with a cache flush and three
+timings: kernel_us (device kernel time from the framework's profiler; the call's wall time on
+the CPU), wall_us (event-timed wall time of one call, cache flushed before each) and copy_call
+(a copy of given bytes, to be timed like the operator). The NPU-only parts (the
+kernel_details.csv reader, the do_bench_npu adaptor) are plain functions.
 """
 import csv
 import glob
 import inspect
 import math
 import os
+import platform
 import statistics
 import tempfile
 import time
@@ -75,32 +74,10 @@ def bench_npu(do_bench_npu, fn, warmup, repeats, prof_dir):
     return [r]
 
 
-class Device:
-    name = "?"
+class Timing:
+    """What every device adds to the self-check's: kernel_us defaults to wall_us."""
     flush_bytes = 0
     kernel_is_wall = False      # the CPU: one timing serves both
-
-    def put(self, a):
-        raise NotImplementedError
-
-    def empty(self, shape, dtype, slack=0):
-        raise NotImplementedError
-
-    def get(self, t):
-        raise NotImplementedError
-
-    def sync(self):
-        pass
-
-    def flush(self):
-        raise NotImplementedError
-
-    def copy_call(self, nbytes):
-        """A call that copies nbytes/2 bytes to another nbytes/2 (nbytes read plus written)."""
-        raise NotImplementedError
-
-    def wall_us(self, fn, warmup, repeats):
-        raise NotImplementedError
 
     def kernel_us(self, fn, warmup, repeats):
         return self.wall_us(fn, warmup, repeats)
@@ -110,29 +87,29 @@ class Device:
         us = statistics.median(self.wall_us(self.copy_call(nbytes), 1, repeats))
         return nbytes / us * 1e-3
 
+    def device_name(self):
+        return self.mod.get_device_name(0)
 
-class Cpu(Device):
-    name = "cpu"
+
+class Cpu(Timing, S.Host):
     kernel_is_wall = True
 
     def __init__(self, flush_mb=16):
         self.flush_bytes = flush_mb << 20
         self._flush = np.zeros(self.flush_bytes // 8)
 
-    def put(self, a):
-        return a
-
-    def empty(self, shape, dtype, slack=0):
-        n = int(np.prod(shape))
-        return np.full(n + slack, np.nan, S._np_dtype(dtype))[:n].reshape(shape)
-
-    def get(self, t):
-        return np.array(t)
+    def device_name(self):
+        try:
+            with open("/proc/cpuinfo") as f:
+                return next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
+        except (OSError, StopIteration):
+            return platform.processor() or platform.machine()
 
     def flush(self):
         self._flush += 1.0
 
     def copy_call(self, nbytes):
+        """A call that copies nbytes/2 bytes to another nbytes/2 (nbytes read plus written)."""
         src, dst = np.ones(nbytes // 2, np.uint8), np.zeros(nbytes // 2, np.uint8)
         return lambda: np.copyto(dst, src)
 
@@ -148,30 +125,15 @@ class Cpu(Device):
         return out
 
 
-class _Torch(Device):
-    """What CUDA and NPU share: torch tensors, events, a flush by zeroing a buffer."""
+class _Torch(Timing, S.Torch):
+    """What CUDA and NPU share: events, a flush by zeroing a buffer."""
 
     def __init__(self, flush_mb):
-        import torch
-        self.torch, self.mod = torch, getattr(torch, self.name)
+        super().__init__(self.name)
         self.flush_bytes = flush_mb << 20
-        self._flush = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.name)
+        self._flush = self.torch.empty(self.flush_bytes // 4, dtype=self.torch.int32,
+                                       device=self.name)
         self._flush_names = None
-
-    def put(self, a):
-        return S._to_torch(self.torch, a, self.name)
-
-    def empty(self, shape, dtype, slack=0):
-        n = int(np.prod(shape))
-        buf = self.torch.full((n + slack,), float("nan"), dtype=getattr(self.torch, dtype),
-                              device=self.name)
-        return buf[:n].view(shape)
-
-    def get(self, t):
-        return S._from_torch(t)
-
-    def sync(self):
-        self.mod.synchronize()
 
     def flush(self):
         self._flush.zero_()

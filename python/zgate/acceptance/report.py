@@ -67,9 +67,8 @@ def criteria(run, cmp, golden):
     reference, against the golden run (if given), speed (if a baseline was given), all ran."""
     cs = run["cases"]
     ran = [r for r in cs if not r.get("error")]
-    out = [("ref", all(m["request_ok"] and m["bound_ok"] for r in ran for m in r["outputs"]),
-            "%d/%d" % (sum(all(m["request_ok"] and m["bound_ok"] for m in r["outputs"])
-                           for r in ran), len(cs)))]
+    n = sum(all(m["ok"] for m in r["outputs"]) for r in ran)
+    out = [("ref", n == len(ran), "%d/%d" % (n, len(cs)))]
     if golden:
         n = sum(all(m.get("golden_ok") for m in r["outputs"]) for r in ran)
         out.append(("golden", n == len(cs), "%d/%d" % (n, len(cs))))
@@ -97,8 +96,8 @@ T = {
                    "%.3f, median %.3f, min %.3f; >= 0.9: %d, >= 1.0: %d; bandwidth-normalized "
                    "geomean %.3f. %d launch-bound cases shown, not judged.",
         "few": "fewer than 2 cases above the launch-bound line: speed not judged",
-        "hdr": "| case | MB | precision | kernel us (min-max) | wall us | copy us | % of copy "
-               "| ideal us |",
+        "hdr": "| case | MB | precision (error / bound) | kernel us (min-max) | wall us "
+               "| copy us | % of copy | ideal us |",
         "hdr_b": " baseline us | ratio | bw ratio |",
         "lb": "launch-bound", "ok": "ok", "fail": "FAIL",
         "note": ["speed: device kernel time (%s), median of %d repeats after %d warm-up "
@@ -124,8 +123,8 @@ T = {
                    "中位数 %.3f，最小值 %.3f；>= 0.9：%d 个，>= 1.0：%d 个；按带宽归一化的"
                    "几何平均 %.3f。另有 %d 个启动受限用例仅列出，不参与判定。",
         "few": "启动受限线以上的用例少于 2 个：不判定性能",
-        "hdr": "| 用例 | MB | 精度 | 内核耗时 us（最小-最大） | 墙钟 us | 拷贝 us | 拷贝带宽占比 "
-               "| 理想 us |",
+        "hdr": "| 用例 | MB | 精度（误差 / 误差界） | 内核耗时 us（最小-最大） | 墙钟 us "
+               "| 拷贝 us | 拷贝带宽占比 | 理想 us |",
         "hdr_b": " 基线 us | 耗时比 | 带宽归一化比 |",
         "lb": "启动受限", "ok": "通过", "fail": "不通过",
         "note": ["性能：设备内核耗时（%s），%d 次重复的中位数，预热 %d 次，每次重复前写入 %d MB "
@@ -144,15 +143,14 @@ def _f(x, fmt="%.1f"):
 
 
 def _precision(r, t):
-    """ok/FAIL, the worst error (float32: fraction of the scale; 16-bit: ulps) and the worst
-    distance to the golden run."""
+    """ok/FAIL, the largest error as a fraction of zgate's bound and, with a golden run, the
+    largest distance to it as a fraction of that comparison's bound."""
     if "precision_ok" not in r:
         return "-"
-    w = max(m["rel_scale"] if m["dtype"] == "float32" else m["ulps"] for m in r["outputs"])
     g = [m["golden_worst"] for m in r["outputs"] if "golden_worst" in m]
-    return "%s %.2g%s%s" % (t["ok"] if r["precision_ok"] else t["fail"], w,
-                            "" if r["dtype"] == "float32" else " ulp",
-                            " / %.2g" % max(g) if g else "")
+    return "%s %.2g%s" % (t["ok"] if r["precision_ok"] else t["fail"],
+                          max(m["max_bound_ratio"] for m in r["outputs"]),
+                          " / %.2g" % max(g) if g else "")
 
 
 def markdown(run, cmp, crits, lang="en"):

@@ -2,9 +2,6 @@
 import math
 import statistics
 
-import numpy as np
-
-from .. import oracle as O
 from .. import selfcheck as S
 from .device import TimingError
 
@@ -40,13 +37,7 @@ def nbytes(case):
 
 def zgate_impl(module, threads=0):
     kw = {"num_threads": threads} if threads else {}
-
-    def prepare(dev, case, ins):
-        outs = [dev.empty(case.shape, d) for d in case.dtypes[len(ins):]]
-        if case.op == "bwd":
-            return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
-        return lambda: module.fwd(*ins, out=outs[0], **kw), outs
-    return prepare
+    return lambda dev, case, ins: S.gate_call(module, dev, case, ins, **kw)
 
 
 def upstream_impl(mod):
@@ -86,28 +77,16 @@ def _stats(us):
 
 
 def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps):
-    """The case's row: precision (judge, golden) and speed; `error` where it did not run."""
-    arrays = S.inputs(case, seed)
-    refs = S.reference(case, arrays)
-    row = {"case": case.name, "op": case.op, "shape": list(case.shape),
-           "dtype": case.dtypes[0], "layout": case.layout, "bytes": nbytes(case),
-           "error": None, "outputs": [], "outs": None}
+    """The case's row: precision (the self-check's check_case) and speed; `error` where it did
+    not run."""
+    row, call = S.check_case(dev, prepare, case, seed, f32_ulps, gold)
+    row.update(op=case.op, shape=list(case.shape), dtype=case.dtypes[0], layout=case.layout,
+               bytes=nbytes(case))
     row["ideal_us"] = row["bytes"] / copy_gbps * 1e-3
     row["launch_bound"] = row["ideal_us"] < LAUNCH_BOUND_US
+    if call is None:
+        return row
     try:
-        call, outs = prepare(dev, case, [dev.put(a) for a in arrays])
-        call()
-        dev.sync()
-        got = [dev.get(t) for t in outs]
-        row["outs"] = got
-        row["outputs"] = S.judge(case, got, refs, f32_ulps)
-        for j, (m, g) in enumerate(zip(row["outputs"], got)):
-            if gold is not None:
-                gv = gold["%s|%d" % (case.name, j)]
-                gv = gv.view(O.BF16) if g.dtype == O.BF16 else gv
-                m["golden_ok"], m["golden_worst"] = S.golden_compare(g, gv, *refs[j], f32_ulps)
-        row["precision_ok"] = all(m["request_ok"] and m["bound_ok"] and m.get("golden_ok", True)
-                                  for m in row["outputs"])
         row["kernel"] = _stats(dev.kernel_us(call, warmup, repeats))
         row["wall"] = row["kernel"] if dev.kernel_is_wall else _stats(
             dev.wall_us(call, warmup, repeats))
@@ -116,19 +95,10 @@ def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps
                 row["kernel"]["median"], row["wall"]["median"]))
     except Exception as e:     # reported per case; a case that did not run fails the run
         row["error"] = "%s: %s" % (type(e).__name__, e)
-        return _plain(row)
+        return row
     try:                       # without it the row lacks its fraction of copy, nothing more
         row["copy"] = _stats(dev.kernel_us(dev.copy_call(row["bytes"]), warmup, repeats))
         row["frac_copy"] = row["copy"]["median"] / row["kernel"]["median"]
     except Exception as e:
         row["copy_error"] = "%s: %s" % (type(e).__name__, e)
-    return _plain(row)
-
-
-def _plain(row):
-    """The row with NumPy scalars made Python's (for JSON)."""
-    for m in row["outputs"]:
-        for k, v in m.items():
-            if isinstance(v, (np.generic,)):
-                m[k] = v.item()
     return row
