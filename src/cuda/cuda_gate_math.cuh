@@ -1,39 +1,32 @@
-/* Per-element math of the CUDA backend, and the two operators built on it as the kernel's
- * template parameter (cuda_kernel.cuh): the device twin of the CPU SIMD paths
- * (src/cpu/simd_exp.h for the recipe and its measured error, src/cpu/kernels_avx2.c for the
- * same operations in the same order), with gate_math.h's formula and grouping:
- *
- *   e = exp(-|z|), r = 1/(1+e); z >= 0: s = r, 1-s = e*r; z < 0: s = e*r, 1-s = r
- *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = (dout*z) * s;  out = (o*z) * s
- *
- * dos and out group as gate_math.h does (scaled() below): z*s first would round a subnormal
- * z*s (z itself tiny) before |dout| > 1 scales it up. Where dout*z overflows (|z| near
- * FLT_MAX), (dout*s)*z is taken instead: 0 where s is 0 and the infinity otherwise, as the
- * float64 formula gives (the CPU paths recompute such lanes in float64).
- *
- * Two recipes, chosen by the output types:
- *  - Accurate (float32 outputs): CUDA's expf is good to 2 ulp, and the five roundings of the
- *    plain formula on top of it reach about 4.8 ulp of the scale (measured on the CPU with
- *    an exact exp), over the policy's 4. Here exp carries its rounding error (e + elo), r
- *    and e*r are each corrected to about half an ulp, and dout*o keeps its rounding error
- *    through an fma, as on the CPU. About 60 instructions an element: affordable at
- *    float32's element rate (20 bytes an element), not at bfloat16's (10).
- *  - Fast (float16/bfloat16 outputs): the plain formula with CUDA's expf. Its error, at most
- *    about 13 units of 2^-24 relative to the scale, is far below half an ulp of a 16-bit
- *    type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3 units of
- *    2^-24 of the scale), within the policy's float32 bound plus half an ulp of the type.
- * Every fma is written out (fmaf); the other operations are plain float adds and
- * multiplies, which nvcc only contracts when a product feeds an add, and no such pair is
- * left unwritten here. Subnormals are kept (no -ftz); the build never passes
- * --use_fast_math. */
+/* Per-element math of the CUDA backend: gate_math.h's formula in float, and the two
+ * operators built on it as the kernel's template parameter (cuda_kernel.cuh). What is
+ * CUDA's own here is the recipe that evaluates it, chosen by the output types:
+ *  - Accurate (float32 outputs): the device twin of the CPU SIMD paths (src/cpu/simd_exp.h
+ *    for the recipe and its measured error, kernels_simd.c for the same operations in the
+ *    same order). CUDA's expf is good to 2 ulp, and the five roundings of the plain formula
+ *    on top of it reach about 4.8 ulp of the scale (measured on the CPU with an exact exp),
+ *    over the policy's 4. Here exp carries its rounding error (e + elo), r and e*r are each
+ *    corrected to about half an ulp, and dout*o keeps its rounding error through an fma, as
+ *    on the CPU. About 60 instructions an element: affordable at float32's element rate (20
+ *    bytes an element), not at bfloat16's (10).
+ *  - Fast (float16/bfloat16 outputs): gate_math.h's functions as written, CUDA's expf. Its
+ *    error, at most about 13 units of 2^-24 relative to the scale, is far below half an ulp
+ *    of a 16-bit type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3
+ *    units of 2^-24 of the scale), within the policy's float32 bound plus half an ulp of the
+ *    type.
+ * dos and out group as gate_math.h does (zg_scaled): z*s first would round a subnormal z*s
+ * (z itself tiny) before |dout| > 1 scales it up; where dout*z overflows (|z| near FLT_MAX),
+ * (dout*s)*z gives 0 where s is 0 and the infinity otherwise, as the float64 formula does
+ * (the CPU paths recompute such lanes in float64).
+ * Every fma of the accurate recipe is written out (fmaf) and its other operations are
+ * __fadd_rn / __fmul_rn, which nvcc never contracts; in gate_math.h's functions nvcc
+ * contracts the one product that feeds an add (1 + z*(1-s)). Subnormals are kept (no -ftz);
+ * the build never passes --use_fast_math (gate_math.h refuses it). */
 #ifndef ZGATE_CUDA_GATE_MATH_CUH
 #define ZGATE_CUDA_GATE_MATH_CUH
 
 #include "cpu/simd_exp.h"
-
-#if defined(__USE_FAST_MATH__)
-#error "zgate's CUDA backend must not be built with --use_fast_math: NaN, inf and exp accuracy matter"
-#endif
+#include "gate_math.h"
 
 namespace zgcu {
 
@@ -107,12 +100,10 @@ struct Accurate {
 
 struct Fast { /* gate_math.h's formula as written, CUDA's expf */
   __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
-    float e = expf(-fabsf(z));
-    r = __frcp_rn(__fadd_rn(1.0f, e));
-    er = __fmul_rn(e, r);
+    zg_sigmoid_parts(z, &r, &er);
   }
   __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
-    return __fmul_rn(__fmul_rn(dout, o), __fmul_rn(s, fmaf(z, oms, 1.0f)));
+    return zg_gate_dz(dout, z, o, s, oms);
   }
 };
 
@@ -121,15 +112,8 @@ template <class R>
 __device__ __forceinline__ void sigmoid_pair(float z, float &s, float &oms) {
   float r, er;
   R::sigmoid_parts(z, r, er);
-  bool pos = z >= 0.0f;
-  s = s_floor(z, pos ? r : er);
-  oms = pos ? er : r;
-}
-
-/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite (overflow, an infinity or NaN). */
-__device__ __forceinline__ float scaled(float a, float z, float s) {
-  float p = __fmul_rn(a, z);
-  return isfinite(p) ? __fmul_rn(p, s) : __fmul_rn(__fmul_rn(a, s), z);
+  s = s_floor(z, zg_sigmoid_s(z, r, er));
+  oms = zg_sigmoid_oms(z, r, er);
 }
 
 /* The operators, each the template parameter of the kernel body (cuda_kernel.cuh): its
@@ -143,7 +127,7 @@ struct GateBwd { /* dout, z, o -> dz, dout_scaled */
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
     y[0] = R::dz(dout, z, o, s, oms);
-    y[1] = scaled(dout, z, s);
+    y[1] = zg_scaled(dout, z, s);
   }
 };
 
@@ -154,7 +138,7 @@ struct GateFwd { /* o, z -> out */
     const float o = x[0], z = x[1];
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
-    y[0] = scaled(o, z, s);
+    y[0] = zg_scaled(o, z, s);
   }
 };
 
