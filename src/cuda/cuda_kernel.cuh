@@ -1,6 +1,6 @@
 /* The gate kernel body and the lookup that instantiates it for one (operator, dtype kind):
- * included by the kernels_<op>_<kind>.cu translation units, one module each (cuda_kernels.h
- * says why). The operator is a template parameter, GateBwd or GateFwd (cuda_gate_math.cuh):
+ * included by kernels.cu, compiled once per pair, one module each (cuda_kernels.h says
+ * why). The operator is a template parameter, GateBwd or GateFwd (cuda_gate_math.cuh):
  * its operand counts and per-element math; everything here is the same for both.
  *
  * The grid covers every work item (a grid-stride loop takes over past 2^31-1 blocks); each
@@ -257,7 +257,7 @@ const void *kernel_for(int v, int layout) {
 }  // namespace
 }  // namespace zgcu
 
-/* The body of a kernels_<op>_<kind>.cu file: Op is GateBwd or GateFwd, KIND a DT_ code. */
+/* The body of kernels.cu: Op is GateBwd or GateFwd, KIND a DT_ code. */
 #define ZG_CUDA_DEFINE_TABLE(name, Op, KIND) \
   const void *zgcu::name(int v, int layout) { return kernel_for<Op, KIND>(v, layout); }
 
