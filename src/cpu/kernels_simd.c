@@ -476,9 +476,9 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
 }
 #endif /* VEC_HAS_FAST */
 
-/* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator and dtype: CALL(op, out,
- * in, len, nt) on each row. */
-#define ZG_ROWS_FN(name, ATTR, op, CALL)                                                         \
+/* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator, dtype dt and cvt (the
+ * AVX512_BF16 narrowing): each row by row_acc (float32) or row_fast. */
+#define ZG_ROWS_FN(name, ATTR, op, dt, cvt)                                                      \
   ATTR static void name(const zg_rows *r) {                                                      \
     for (int64_t k = 0; k < r->count; k++) {                                                     \
       /* fwd's in[2] and out[1] are NULL: never offset */                                      \
@@ -486,22 +486,19 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
                       op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
       const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
                            op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
-      CALL(op, out, in, r->len, r->nt);                                                          \
+      if (dt == ZG_F32) row_acc(op, out, in, r->len, r->nt);                                     \
+      else row_fast(op, dt, cvt, out, in, r->len, r->nt);                                        \
     }                                                                                            \
   }
-#define ZG_ROWS_FNS(sfx, ATTR, CALL)              \
-  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, CALL) \
-  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, CALL)
-#define ZG_NOATTR
+#define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \
+  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, dt, cvt) \
+  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, dt, cvt)
 #if VEC_HAS_FAST
-#define ZG_CALL_F16(op, out, in, n, nt) row_fast(op, ZG_F16, 0, out, in, n, nt)
-#define ZG_CALL_BF16(op, out, in, n, nt) row_fast(op, ZG_BF16, 0, out, in, n, nt)
-ZG_ROWS_FNS(f32, ZG_NOATTR, row_acc)
-ZG_ROWS_FNS(f16, ZG_NOATTR, ZG_CALL_F16)
-ZG_ROWS_FNS(bf16, ZG_NOATTR, ZG_CALL_BF16)
+ZG_ROWS_FNS(f32, , ZG_F32, 0)
+ZG_ROWS_FNS(f16, , ZG_F16, 0)
+ZG_ROWS_FNS(bf16, , ZG_BF16, 0)
 #if VEC_HAS_BF16CVT
-#define ZG_CALL_BF16CVT(op, out, in, n, nt) row_fast(op, ZG_BF16, 1, out, in, n, nt)
-ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
+ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_BF16, 1)
 #endif
 #endif
 
