@@ -1,6 +1,7 @@
 /* The gate's per-element math, written once: the scalar path, the SIMD tails and the
- * float64 reference (C, in double) and the CUDA kernels' 16-bit recipe (nvcc, in float:
- * cuda_gate_math.cuh) all use these functions, and this file is the documented formula.
+ * float64 reference (C, in double) and the CUDA kernels (nvcc, in float: all of the 16-bit
+ * recipe, the choice of s and the scaled products of the other; cuda_gate_math.cuh) use
+ * these functions, and this file is the documented formula.
  *
  *   e   = exp(-|z|)            in (0, 1], never overflows
  *   r   = 1 / (1 + e)          in [1/2, 1]
@@ -32,10 +33,10 @@
 #endif
 
 /* ---- the formula, in zg_real ----------------------------------------------------------
- * C: double, plain operators (ISO C11 never contracts). nvcc: float, for the CUDA kernels'
- * 16-bit recipe (cuda_gate_math.cuh); on the device each operation is an IEEE intrinsic,
- * rounded once and kept where it is written (never contracted, reordered or speculated),
- * and ZG_MADD, the one product that feeds an add, is an fma. */
+ * C: double, plain operators (ISO C11 never contracts). nvcc: float; on the device each
+ * operation is an IEEE intrinsic, rounded once and kept where it is written (never
+ * contracted, reordered or speculated), and ZG_MADD, the one product that feeds an add, is
+ * an fma. */
 #ifdef __CUDACC__
 typedef float zg_real;
 #define ZG_FORMULA static __host__ __device__ __forceinline__

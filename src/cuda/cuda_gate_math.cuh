@@ -18,10 +18,9 @@
  * (z itself tiny) before |dout| > 1 scales it up; where dout*z overflows (|z| near FLT_MAX),
  * (dout*s)*z gives 0 where s is 0 and the infinity otherwise, as the float64 formula does
  * (the CPU paths recompute such lanes in float64).
- * Every fma of the accurate recipe is written out (fmaf) and its other operations are
- * __fadd_rn / __fmul_rn, which nvcc never contracts; in gate_math.h's functions nvcc
- * contracts the one product that feeds an add (1 + z*(1-s)). Subnormals are kept (no -ftz);
- * the build never passes --use_fast_math (gate_math.h refuses it). */
+ * Every fma is written out (fmaf here, ZG_MADD in gate_math.h) and the other operations
+ * are __fadd_rn / __fmul_rn / __frcp_rn, which nvcc never contracts. Subnormals are kept
+ * (no -ftz); the build never passes --use_fast_math (gate_math.h refuses it). */
 #ifndef ZGATE_CUDA_GATE_MATH_CUH
 #define ZGATE_CUDA_GATE_MATH_CUH
 
