@@ -40,25 +40,27 @@ __device__ __forceinline__ float s_floor(float z, float s) {
   return z >= ZG_S_UNDERFLOW_Z ? fmaxf(s, 0x1p-149f) : s; /* NaN z: unchanged */
 }
 
+/* The CPU's accurate recipe (simd_recipe.h) on one float: the same operations, each an
+ * IEEE intrinsic (never contracted), 1/d correctly rounded. */
+typedef float V;
+#define ZG_INLINE __device__ __forceinline__
+ZG_INLINE V v_set1(float x) { return x; }
+ZG_INLINE V v_add(V a, V b) { return __fadd_rn(a, b); }
+ZG_INLINE V v_sub(V a, V b) { return __fsub_rn(a, b); }
+ZG_INLINE V v_mul(V a, V b) { return __fmul_rn(a, b); }
+ZG_INLINE V v_fma(V a, V b, V c) { return fmaf(a, b, c); }
+ZG_INLINE V v_fnma(V a, V b, V c) { return fmaf(-a, b, c); }
+ZG_INLINE V v_fms(V a, V b, V c) { return fmaf(a, b, -c); }
+ZG_INLINE V v_recip(V d) { return __frcp_rn(d); }
+#include "cpu/simd_recipe.h"
+
 /* e + elo = exp(x) for x <= 0 (or NaN): simd_exp.h steps 1-5. */
 __device__ __forceinline__ float exp_neg(float x, float &elo) {
   const float shifter = 0x1.8p23f;
   x = x < ZG_EXP_LO ? ZG_EXP_LO : x; /* a NaN x passes through */
   float j = fmaf(x, ZG_EXP_LOG2E, shifter);
   float k = __fsub_rn(j, shifter);
-  float r1 = fmaf(-k, ZG_EXP_LN2_HI, x); /* exact */
-  float r = fmaf(-k, ZG_EXP_LN2_LO, r1);
-  float c = fmaf(-k, ZG_EXP_LN2_LO, __fsub_rn(r1, r)); /* r's rounding */
-  float r2 = __fmul_rn(r, r);
-  float q01 = fmaf(ZG_EXP_Q1, r, ZG_EXP_Q0);
-  float q23 = fmaf(ZG_EXP_Q3, r, ZG_EXP_Q2);
-  float q45 = fmaf(ZG_EXP_Q5, r, ZG_EXP_Q4);
-  float q = fmaf(__fmul_rn(r2, r2), q45, fmaf(r2, q23, q01));
-  float hi = __fadd_rn(1.0f, r);
-  float lo = __fadd_rn(__fsub_rn(1.0f, hi), r);
-  float u = __fadd_rn(fmaf(r2, q, c), lo);
-  float p = __fadd_rn(hi, u);
-  float plo = __fadd_rn(__fsub_rn(hi, p), u);
+  float plo, p = exp_core(x, k, &plo);
   int ki = __float_as_int(j) - __float_as_int(shifter);
   if (x >= -87.0f) { /* normal result: one scale */
     float sc = __int_as_float((ki + 127) << 23);
@@ -73,26 +75,14 @@ __device__ __forceinline__ float exp_neg(float x, float &elo) {
 
 /* The recipes. Each gives r = 1/(1+e) and er = e*r for e = exp(-|z|), and
  * dz = (dout*o) * h with h = s*(1 + z*oms) from s and oms = 1 - s. */
-struct Accurate {
-  /* r and er each within about half an ulp, without cancellation. */
-  __device__ static __forceinline__ void sigmoid_parts(float z, float &r_out, float &er_out) {
+struct Accurate { /* each within about half an ulp, without cancellation (simd_recipe.h) */
+  __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
     float elo;
     float e = exp_neg(-fabsf(z), elo);
-    float d = __fadd_rn(1.0f, e);
-    float dlo = __fadd_rn(__fsub_rn(e, __fsub_rn(d, 1.0f)), elo); /* 1 + E = d + dlo */
-    float r = __frcp_rn(d);
-    float res = fmaf(-r, dlo, fmaf(-r, d, 1.0f)); /* 1 - r*(d + dlo) */
-    float er = __fmul_rn(e, r);
-    float erlo = fmaf(elo, r, fmaf(e, r, -er)); /* E*r - er */
-    r_out = fmaf(r, res, r);
-    er_out = __fadd_rn(er, fmaf(er, res, erlo));
+    sigmoid_parts_acc(e, elo, &r, &er);
   }
-  /* h = s + (s*z)*oms rounded once; dout*o's rounding error kept through an fma. */
   __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
-    float h = fmaf(__fmul_rn(s, z), oms, s);
-    float a = __fmul_rn(dout, o);
-    float alo = fmaf(dout, o, -a);
-    float fused = fmaf(a, h, __fmul_rn(alo, h));
+    float a, h, fused = dz_acc(dout, z, o, s, oms, &a, &h);
     return isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
   }
 };
