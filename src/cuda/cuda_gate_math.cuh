@@ -1,14 +1,14 @@
-/* Per-element math of the CUDA backend: gate_math.h's formula in float, and the two
- * operators built on it as the kernel's template parameter (cuda_kernel.cuh). What is
- * CUDA's own here is the recipe that evaluates it, chosen by the output types:
- *  - Accurate (float32 outputs): the device twin of the CPU SIMD paths (src/cpu/simd_exp.h
- *    for the recipe and its measured error, kernels_simd.c for the same operations in the
- *    same order). CUDA's expf is good to 2 ulp, and the five roundings of the plain formula
- *    on top of it reach about 4.8 ulp of the scale (measured on the CPU with an exact exp),
- *    over the policy's 4. Here exp carries its rounding error (e + elo), r and e*r are each
- *    corrected to about half an ulp, and dout*o keeps its rounding error through an fma, as
- *    on the CPU. About 60 instructions an element: affordable at float32's element rate (20
- *    bytes an element), not at bfloat16's (10).
+/* Per-element math of the CUDA backend: the two recipes that evaluate gate_math.h's formula
+ * in float, chosen by the output types, and the two operators built on them as the kernel's
+ * template parameter (cuda_kernel.cuh).
+ *  - Accurate (float32 outputs): the CPU SIMD paths' recipe (src/cpu/simd_exp.h for it and
+ *    its measured error), its steps from the same code (src/cpu/simd_recipe.h). CUDA's expf
+ *    is good to 2 ulp, and the five roundings of the plain formula on top of it reach about
+ *    4.8 ulp of the scale (measured on the CPU with an exact exp), over the policy's 4. Here
+ *    exp carries its rounding error (e + elo), r and e*r are each corrected to about half an
+ *    ulp, and dout*o keeps its rounding error through an fma, as on the CPU. About 60
+ *    instructions an element: affordable at float32's element rate (20 bytes an element),
+ *    not at bfloat16's (10).
  *  - Fast (float16/bfloat16 outputs): gate_math.h's functions as written, CUDA's expf. Its
  *    error, at most about 13 units of 2^-24 relative to the scale, is far below half an ulp
  *    of a 16-bit type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3
@@ -42,6 +42,7 @@ __device__ __forceinline__ float s_floor(float z, float s) {
 
 /* The CPU's accurate recipe (simd_recipe.h) on one float: the same operations, each an
  * IEEE intrinsic (never contracted), 1/d correctly rounded. */
+namespace recipe {
 typedef float V;
 #define ZG_INLINE __device__ __forceinline__
 ZG_INLINE V v_set1(float x) { return x; }
@@ -53,6 +54,8 @@ ZG_INLINE V v_fnma(V a, V b, V c) { return fmaf(-a, b, c); }
 ZG_INLINE V v_fms(V a, V b, V c) { return fmaf(a, b, -c); }
 ZG_INLINE V v_recip(V d) { return __frcp_rn(d); }
 #include "cpu/simd_recipe.h"
+#undef ZG_INLINE
+}  // namespace recipe
 
 /* e + elo = exp(x) for x <= 0 (or NaN): simd_exp.h steps 1-5. */
 __device__ __forceinline__ float exp_neg(float x, float &elo) {
@@ -60,7 +63,7 @@ __device__ __forceinline__ float exp_neg(float x, float &elo) {
   x = x < ZG_EXP_LO ? ZG_EXP_LO : x; /* a NaN x passes through */
   float j = fmaf(x, ZG_EXP_LOG2E, shifter);
   float k = __fsub_rn(j, shifter);
-  float plo, p = exp_core(x, k, &plo);
+  float plo, p = recipe::exp_core(x, k, &plo);
   int ki = __float_as_int(j) - __float_as_int(shifter);
   if (x >= -87.0f) { /* normal result: one scale */
     float sc = __int_as_float((ki + 127) << 23);
@@ -79,10 +82,10 @@ struct Accurate { /* each within about half an ulp, without cancellation (simd_r
   __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
     float elo;
     float e = exp_neg(-fabsf(z), elo);
-    sigmoid_parts_acc(e, elo, &r, &er);
+    recipe::sigmoid_parts_acc(e, elo, &r, &er);
   }
   __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
-    float a, h, fused = dz_acc(dout, z, o, s, oms, &a, &h);
+    float a, h, fused = recipe::dz_acc(dout, z, o, s, oms, &a, &h);
     return isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
   }
 };
