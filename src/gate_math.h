@@ -1,5 +1,7 @@
 /* The gate's per-element math, written once: the scalar path, the SIMD tails and the
- * float64 reference all use these functions, and this file is the documented formula.
+ * float64 reference (C, in double) and the CUDA kernels (nvcc, in float: all of the 16-bit
+ * recipe, the choice of s and the scaled products of the other; cuda_gate_math.cuh) use
+ * these functions, and this file is the documented formula.
  *
  *   e   = exp(-|z|)            in (0, 1], never overflows
  *   r   = 1 / (1 + e)          in [1/2, 1]
@@ -25,42 +27,84 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error "zgate must not be built with -ffast-math / -ffinite-math-only: NaN, inf and exp accuracy matter"
+#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__ || \
+    defined(__USE_FAST_MATH__)
+#error "zgate must not be built with -ffast-math / -ffinite-math-only / --use_fast_math: NaN, inf and exp accuracy matter"
 #endif
+
+/* ---- the formula, in zg_real ----------------------------------------------------------
+ * C: double, plain operators (ISO C11 never contracts). nvcc: float; on the device each
+ * operation is an IEEE intrinsic, rounded once and kept where it is written (never
+ * contracted, reordered or speculated), and ZG_MADD, the one product that feeds an add, is
+ * an fma. */
+#ifdef __CUDACC__
+typedef float zg_real;
+#define ZG_FORMULA static __host__ __device__ __forceinline__
+#else
+typedef double zg_real;
+#define ZG_FORMULA static inline
+#endif
+#ifdef __CUDA_ARCH__
+#define ZG_ADD(a, b) __fadd_rn(a, b)
+#define ZG_MUL(a, b) __fmul_rn(a, b)
+#define ZG_RCP(a) __frcp_rn(a)
+#define ZG_MADD(a, b, c) fmaf(a, b, c)
+#else
+#define ZG_ADD(a, b) ((a) + (b))
+#define ZG_MUL(a, b) ((a) * (b))
+#define ZG_RCP(a) (1 / (a))
+#define ZG_MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* r = 1/(1 + e) and er = e*r for e = exp(-|z|) */
+ZG_FORMULA void zg_sigmoid_parts(zg_real z, zg_real *r, zg_real *er) {
+  zg_real e = exp(-fabs(z));
+  *r = ZG_RCP(ZG_ADD(1, e));
+  *er = ZG_MUL(e, *r);
+}
+
+/* s = sigmoid(z) and 1 - s from r and er; NaN z takes the z < 0 side */
+ZG_FORMULA zg_real zg_sigmoid_s(zg_real z, zg_real r, zg_real er) { return z >= 0 ? r : er; }
+ZG_FORMULA zg_real zg_sigmoid_oms(zg_real z, zg_real r, zg_real er) { return z >= 0 ? er : r; }
+
+/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite (overflow, an infinity or NaN), which
+ * float64 inputs near its range reach (0 where s is 0, as the formula gives).
+ * check/zgate_check.c's formula is the same. */
+ZG_FORMULA zg_real zg_scaled(zg_real a, zg_real z, zg_real s) {
+  zg_real p = ZG_MUL(a, z);
+  return isfinite(p) ? ZG_MUL(p, s) : ZG_MUL(ZG_MUL(a, s), z);
+}
+
+ZG_FORMULA zg_real zg_gate_dz(zg_real dout, zg_real z, zg_real o, zg_real s, zg_real oms) {
+  return ZG_MUL(ZG_MUL(dout, o), ZG_MUL(s, ZG_MADD(z, oms, 1)));
+}
+
+#ifndef __CUDACC__ /* the rest is the CPU's: the CUDA kernels convert with their own
+                      instructions (cuda_vec.cuh) */
 
 static inline uint32_t zg_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float zg_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* ---- float64 formula (the reference) -------------------------------------------------- */
+/* ---- float64 entry points (the reference) -------------------------------------------- */
 
 static inline void zg_sigmoid_pair_f64(double z, double *s, double *oms) {
-  double e = exp(-fabs(z));
-  double r = 1.0 / (1.0 + e);
-  double er = e * r;
-  int pos = z >= 0.0;
-  *s = pos ? r : er;
-  *oms = pos ? er : r;
-}
-
-/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite, which float64 inputs near its range
- * reach (0 where s is 0, as the formula gives). check/zgate_check.c's formula is the same. */
-static inline double zg_scaled_f64(double a, double z, double s) {
-  double p = a * z;
-  return isfinite(p) ? p * s : (a * s) * z;
+  double r, er;
+  zg_sigmoid_parts(z, &r, &er);
+  *s = zg_sigmoid_s(z, r, er);
+  *oms = zg_sigmoid_oms(z, r, er);
 }
 
 static inline void zg_gate_bwd_f64(double dout, double z, double o, double *dz, double *dos) {
   double s, oms;
   zg_sigmoid_pair_f64(z, &s, &oms);
-  *dz = (dout * o) * (s * (1.0 + z * oms));
-  *dos = zg_scaled_f64(dout, z, s);
+  *dz = zg_gate_dz(dout, z, o, s, oms);
+  *dos = zg_scaled(dout, z, s);
 }
 
 static inline double zg_gate_fwd_f64(double o, double z) {
   double s, oms;
   zg_sigmoid_pair_f64(z, &s, &oms);
-  return zg_scaled_f64(o, z, s);
+  return zg_scaled(o, z, s);
 }
 
 /* ---- float32 entry points -------------------------------------------------------------
@@ -158,4 +202,5 @@ static inline float zg_f64_to_f32_odd(double d) {
 static inline uint16_t zg_f64_to_f16(double d) { return zg_f32_to_f16(zg_f64_to_f32_odd(d)); }
 static inline uint16_t zg_f64_to_bf16(double d) { return zg_f32_to_bf16(zg_f64_to_f32_odd(d)); }
 
+#endif /* !__CUDACC__ */
 #endif /* ZGATE_GATE_MATH_H */

@@ -23,10 +23,14 @@
 #define ZG_X86 1
 #endif
 
-/* ---- feature detection ----------------------------------------------------------------- */
+/* ---- the paths, and which of them this CPU runs ---------------------------------------- */
+
+/* Best first. */
+enum { ZG_ISA_AVX512, ZG_ISA_AVX2, ZG_ISA_NEON, ZG_ISA_SCALAR, ZG_NISAS };
 
 typedef struct zg_features {
-  int avx2, fma, f16c, avx512f, avx512bw, avx512dq, avx512vl, avx512bf16, avx512fp16, neon;
+  int runs[ZG_NISAS]; /* the CPU has the path's instructions and the OS saves their state */
+  int avx512bf16;     /* avx512 takes its table with the AVX512_BF16 bfloat16 runs */
 } zg_features;
 
 #ifdef ZG_X86
@@ -41,40 +45,26 @@ static uint64_t zg_xgetbv0(void) {
 static zg_features zg_detect(void) {
   zg_features f;
   memset(&f, 0, sizeof f);
+  f.runs[ZG_ISA_SCALAR] = 1;
 #ifdef ZG_X86
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-  int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  int fma_f16c = ((c >> 12) & 1) && ((c >> 29) & 1);
   if (!osxsave || !avx) return f;
   uint64_t xcr0 = zg_xgetbv0();
   int os_ymm = (xcr0 & 0x6) == 0x6;      /* SSE and AVX state saved */
   int os_zmm = (xcr0 & 0xe6) == 0xe6;    /* plus opmask, ZMM0-15 high halves, ZMM16-31 */
-  if (!os_ymm) return f;
-  unsigned max_leaf = __get_cpuid_max(0, NULL);
-  unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
-  if (max_leaf >= 7) {
-    __cpuid_count(7, 0, a, b7, c7, d7);
-    unsigned sub_max = a;
-    if (sub_max >= 1) {
-      unsigned bb, cc, dd;
-      __cpuid_count(7, 1, a71, bb, cc, dd);
-    }
-  }
-  f.fma = fma;
-  f.f16c = f16c;
-  f.avx2 = (b7 >> 5) & 1;
-  if (os_zmm) {
-    f.avx512f = (b7 >> 16) & 1;
-    f.avx512dq = (b7 >> 17) & 1;
-    f.avx512bw = (b7 >> 30) & 1;
-    f.avx512vl = (b7 >> 31) & 1;
-    f.avx512fp16 = (d7 >> 23) & 1;
-    f.avx512bf16 = (a71 >> 5) & 1;
-  }
-  (void)c7;
+  if (!os_ymm || __get_cpuid_max(0, NULL) < 7) return f;
+  unsigned b7, a71 = 0;
+  __cpuid_count(7, 0, a, b7, c, d);
+  if (a >= 1) __cpuid_count(7, 1, a71, b, c, d); /* a: the highest subleaf */
+  const unsigned avx512 = 1u << 16 | 1u << 17 | 1u << 30 | 1u << 31; /* F, DQ, BW, VL */
+  f.runs[ZG_ISA_AVX2] = ((b7 >> 5) & 1) && fma_f16c;
+  f.runs[ZG_ISA_AVX512] = os_zmm && (b7 & avx512) == avx512 && fma_f16c;
+  f.avx512bf16 = os_zmm && ((a71 >> 5) & 1);
 #elif defined(__aarch64__)
-  f.neon = 1; /* Advanced SIMD is part of the AArch64 baseline */
+  f.runs[ZG_ISA_NEON] = 1; /* Advanced SIMD is part of the AArch64 baseline */
 #endif
   return f;
 }
@@ -87,51 +77,30 @@ static const zg_features *zg_features_get(void) {
   return &zg_features_value;
 }
 
-/* ---- the paths ------------------------------------------------------------------------- */
-
-typedef struct zg_isa {
-  const char *name;
-  const zg_cpu_kernels *(*table)(void); /* NULL when not built */
-  int (*runs_here)(const zg_features *f);
-} zg_isa;
-
-static int zg_runs_avx2(const zg_features *f) { return f->avx2 && f->fma && f->f16c; }
-static int zg_runs_avx512(const zg_features *f) {
-  return f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl && f->fma && f->f16c;
-}
-static int zg_runs_neon(const zg_features *f) { return f->neon; }
-static int zg_runs_scalar(const zg_features *f) {
-  (void)f;
-  return 1;
-}
-
 /* avx512's table, with the AVX512_BF16 bfloat16 runs where this CPU has that extension. */
 #ifdef ZGATE_HAVE_AVX512
 static const zg_cpu_kernels *zg_avx512_table(void) {
   return zg_features_get()->avx512bf16 ? zg_cpu_kernels_avx512_bf16() : zg_cpu_kernels_avx512();
 }
+#else
+#define zg_avx512_table NULL /* not built */
+#endif
+#ifndef ZGATE_HAVE_AVX2
+#define zg_cpu_kernels_avx2 NULL
+#endif
+#ifndef ZGATE_HAVE_NEON
+#define zg_cpu_kernels_neon NULL
 #endif
 
-/* Best first. */
-static const zg_isa zg_isas[] = {
-#ifdef ZGATE_HAVE_AVX512
-    {"avx512", zg_avx512_table, zg_runs_avx512},
-#else
-    {"avx512", NULL, zg_runs_avx512},
-#endif
-#ifdef ZGATE_HAVE_AVX2
-    {"avx2", zg_cpu_kernels_avx2, zg_runs_avx2},
-#else
-    {"avx2", NULL, zg_runs_avx2},
-#endif
-#ifdef ZGATE_HAVE_NEON
-    {"neon", zg_cpu_kernels_neon, zg_runs_neon},
-#else
-    {"neon", NULL, zg_runs_neon},
-#endif
-    {"scalar", zg_cpu_kernels_scalar, zg_runs_scalar},
+static const struct {
+  const char *name;
+  const zg_cpu_kernels *(*table)(void); /* NULL when not built */
+} zg_isas[ZG_NISAS] = {
+    [ZG_ISA_AVX512] = {"avx512", zg_avx512_table},
+    [ZG_ISA_AVX2] = {"avx2", zg_cpu_kernels_avx2},
+    [ZG_ISA_NEON] = {"neon", zg_cpu_kernels_neon},
+    [ZG_ISA_SCALAR] = {"scalar", zg_cpu_kernels_scalar},
 };
-#define ZG_NISAS ((int)(sizeof zg_isas / sizeof zg_isas[0]))
 
 /* ZGATE_OK and the table, or the reason there is none (without setting a message); *built
  * says whether the name is a path this zgate has. */
@@ -141,7 +110,7 @@ static int zg_lookup(const char *name, const zg_cpu_kernels **out, int *built) {
   for (int i = 0; i < ZG_NISAS; i++) {
     if (strcmp(name, zg_isas[i].name) != 0) continue;
     *built = zg_isas[i].table != NULL;
-    if (!*built || !zg_isas[i].runs_here(zg_features_get())) return ZGATE_ERR_ISA_UNAVAILABLE;
+    if (!*built || !zg_features_get()->runs[i]) return ZGATE_ERR_ISA_UNAVAILABLE;
     *out = zg_isas[i].table();
     return ZGATE_OK;
   }

@@ -3,35 +3,23 @@
 #include "../gate_math.h"
 #include "cpu_kernels.h"
 
-static void zg_load_f32_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
-  const float *s = (const float *)src;
-  for (int64_t i = 0; i < n; i++) dst[i] = s[i * stride];
-}
-static void zg_load_f16_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
-  const uint16_t *s = (const uint16_t *)src;
-  for (int64_t i = 0; i < n; i++) dst[i] = zg_f16_to_f32(s[i * stride]);
-}
-static void zg_load_bf16_scalar(float *dst, const void *src, int64_t n, int64_t stride) {
-  const uint16_t *s = (const uint16_t *)src;
-  for (int64_t i = 0; i < n; i++) dst[i] = zg_bf16_to_f32(s[i * stride]);
-}
-
-/* Scalar stores ignore `streaming`: plain stores are always correct. */
-static void zg_store_f32_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
-  (void)streaming;
-  float *d = (float *)dst;
-  for (int64_t i = 0; i < n; i++) d[i * stride] = src[i];
-}
-static void zg_store_f16_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
-  (void)streaming;
-  uint16_t *d = (uint16_t *)dst;
-  for (int64_t i = 0; i < n; i++) d[i * stride] = zg_f32_to_f16(src[i]);
-}
-static void zg_store_bf16_scalar(void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
-  (void)streaming;
-  uint16_t *d = (uint16_t *)dst;
-  for (int64_t i = 0; i < n; i++) d[i * stride] = zg_f32_to_bf16(src[i]);
-}
+/* The staged loads and stores of one dtype T: WIDEN a stored element to float, NARROW a
+ * float to it. Scalar stores ignore `streaming`: plain stores are always correct. */
+#define ZG_SCALAR_DTYPE(sfx, T, WIDEN, NARROW)                                                  \
+  static void zg_load_##sfx##_scalar(float *dst, const void *src, int64_t n, int64_t stride) { \
+    const T *s = (const T *)src;                                                                \
+    for (int64_t i = 0; i < n; i++) dst[i] = WIDEN(s[i * stride]);                              \
+  }                                                                                             \
+  static void zg_store_##sfx##_scalar(void *dst, const float *src, int64_t n, int64_t stride,  \
+                                      int streaming) {                                          \
+    (void)streaming;                                                                            \
+    T *d = (T *)dst;                                                                            \
+    for (int64_t i = 0; i < n; i++) d[i * stride] = NARROW(src[i]);                             \
+  }
+#define ZG_AS_IS(x) (x)
+ZG_SCALAR_DTYPE(f32, float, ZG_AS_IS, ZG_AS_IS)
+ZG_SCALAR_DTYPE(f16, uint16_t, zg_f16_to_f32, zg_f32_to_f16)
+ZG_SCALAR_DTYPE(bf16, uint16_t, zg_bf16_to_f32, zg_f32_to_bf16)
 
 static void zg_bwd_scalar(float *dz, float *dos, const float *dout, const float *z,
                           const float *o, int64_t n) {

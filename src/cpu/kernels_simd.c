@@ -35,6 +35,7 @@
 #endif
 
 #define ZG_INLINE static inline __attribute__((always_inline))
+#include "simd_recipe.h"
 #define ZG_PASTE2(a, b) a##b
 #define ZG_PASTE(a, b) ZG_PASTE2(a, b)
 
@@ -59,27 +60,6 @@ ZG_INLINE V exp_scale(V p, V j, V k, int split) {
 #endif
 }
 
-/* p + plo = exp(r) for |r| <= ln2/2, given k: steps 3-4. plo is p's rounding error. */
-ZG_INLINE V exp_core(V x, V k, V *plo) {
-  V r1 = v_fnma(k, v_set1(ZG_EXP_LN2_HI), x); /* exact */
-  V r = v_fnma(k, v_set1(ZG_EXP_LN2_LO), r1);
-  V c = v_fnma(k, v_set1(ZG_EXP_LN2_LO), v_sub(r1, r)); /* r's rounding */
-  /* Q by Estrin: a short dependency chain (the out-of-order window limits these loops) */
-  V r2 = v_mul(r, r);
-  V q01 = v_fma(v_set1(ZG_EXP_Q1), r, v_set1(ZG_EXP_Q0));
-  V q23 = v_fma(v_set1(ZG_EXP_Q3), r, v_set1(ZG_EXP_Q2));
-  V q45 = v_fma(v_set1(ZG_EXP_Q5), r, v_set1(ZG_EXP_Q4));
-  V q = v_fma(v_mul(r2, r2), q45, v_fma(r2, q23, q01));
-  /* p = (1 + r) + (r^2 q + c), with 1 + r split exactly (Fast2Sum) so p rounds once */
-  const V one = v_set1(1.0f);
-  V hi = v_add(one, r);
-  V lo = v_add(v_sub(one, hi), r);
-  V u = v_add(v_fma(r2, q, c), lo);
-  V p = v_add(hi, u);
-  *plo = v_add(v_sub(hi, p), u);
-  return p;
-}
-
 /* e + elo = exp(x) for x <= 0 or NaN: e alone within 0.69 ulp (0.78 for subnormal results),
  * elo its rounding error scaled (simd_exp.h). The max passes a NaN x through. */
 ZG_INLINE V exp_neg(V x, V *elo) {
@@ -93,27 +73,13 @@ ZG_INLINE V exp_neg(V x, V *elo) {
   return exp_scale(p, j, k, split);
 }
 
-/* s = sigmoid(z) and oms = 1 - s from e + elo = exp(-|z|), each rounded once, without
- * cancellation: r = 1/(1 + E) and E*r, each a rounded leading term plus an fma-computed
- * correction. AVX-512 starts r from rcp14 (within 2^-14): res is then r's error, and
- * r(1 + res) misses 1/(1+E) by about res^2 <= 2^-28 before its own rounding. */
+/* s = sigmoid(z) and oms = 1 - s from e + elo = exp(-|z|) (simd_recipe.h); z < 0 (and -0,
+ * where both are 1/2) takes e*r. */
 ZG_INLINE void sigmoid_pair(V z, V e, V elo, V *s, V *oms) {
-  const V one = v_set1(1.0f);
-  V d = v_add(one, e);
-  V dlo = v_add(v_sub(e, v_sub(d, one)), elo); /* 1 + E = d + dlo */
-#if VEC_HAS_AVX512
-  V r = v_rcp14(d);
-#else
-  V r = v_div(one, d);
-#endif
-  V res = v_fnma(r, dlo, v_fnma(r, d, one)); /* 1 - r(d + dlo) */
-  V er = v_mul(e, r);
-  V erlo = v_fma(elo, r, v_fms(e, r, er)); /* E*r - er */
-  V r_c = v_fma(r, res, r);
-  V er_c = v_add(er, v_fma(er, res, erlo));
-  /* z < 0 (and -0, where both are 1/2) takes e*r */
-  *s = v_sel_neg(z, er_c, r_c);
-  *oms = v_sel_neg(z, r_c, er_c);
+  V r, er;
+  sigmoid_parts_acc(e, elo, &r, &er);
+  *s = v_sel_neg(z, er, r);
+  *oms = v_sel_neg(z, r, er);
 }
 
 /* ---- the one fix-up ------------------------------------------------------------------------
@@ -147,18 +113,15 @@ __attribute__((noinline, cold)) static void gate_fix(int op, unsigned m0, unsign
 }
 
 /* ---- the accurate recipe: one vector -------------------------------------------------------
- * bwd: dz = (dout*o) * h, h = s*(1 + z*(1-s)) as fma(s*z, 1-s, s) (one rounding), dout*o
- * carried as a + alo (alo = fma(dout, o, -a)); dos = (dout*z)*s. fwd: out = (o*z)*s.
+ * bwd: dz by dz_acc (simd_recipe.h), dos = (dout*z)*s. fwd: out = (o*z)*s.
  * With fix = 0 the results are only flagged (*flag turns NaN when a lane came out inf or NaN)
  * and the caller redoes the chunk with fix = 1: one test per chunk instead of per vector. */
 ZG_INLINE void gate_acc(int op, V x0, V x1, V x2, V e, V elo, V *r0, V *r1, V *flag, int fix) {
   V s, oms, a0, a1 = v_zero(), chk;
   sigmoid_pair(x1, e, elo, &s, &oms);
   if (op == ZG_BWD) {
-    V h = v_fma(v_mul(s, x1), oms, s);
-    V a = v_mul(x0, x2);
-    V alo = v_fms(x0, x2, a);
-    a0 = v_fma(a, h, v_mul(alo, h));
+    V a, h;
+    a0 = dz_acc(x0, x1, x2, s, oms, &a, &h); /* an infinite a: gate_fix */
     a1 = v_mul(v_mul(x0, x1), s);
     chk = v_add(a0, a1); /* a sum can only add false alarms */
   } else {
@@ -476,9 +439,9 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
 }
 #endif /* VEC_HAS_FAST */
 
-/* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator and dtype: CALL(op, out,
- * in, len, nt) on each row. */
-#define ZG_ROWS_FN(name, ATTR, op, CALL)                                                         \
+/* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator, dtype dt and cvt (the
+ * AVX512_BF16 narrowing): each row by row_acc (float32) or row_fast. */
+#define ZG_ROWS_FN(name, ATTR, op, dt, cvt)                                                      \
   ATTR static void name(const zg_rows *r) {                                                      \
     for (int64_t k = 0; k < r->count; k++) {                                                     \
       /* fwd's in[2] and out[1] are NULL: never offset */                                      \
@@ -486,22 +449,19 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
                       op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
       const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
                            op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
-      CALL(op, out, in, r->len, r->nt);                                                          \
+      if (dt == ZG_F32) row_acc(op, out, in, r->len, r->nt);                                     \
+      else row_fast(op, dt, cvt, out, in, r->len, r->nt);                                        \
     }                                                                                            \
   }
-#define ZG_ROWS_FNS(sfx, ATTR, CALL)              \
-  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, CALL) \
-  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, CALL)
-#define ZG_NOATTR
+#define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \
+  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, dt, cvt) \
+  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, dt, cvt)
 #if VEC_HAS_FAST
-#define ZG_CALL_F16(op, out, in, n, nt) row_fast(op, ZG_F16, 0, out, in, n, nt)
-#define ZG_CALL_BF16(op, out, in, n, nt) row_fast(op, ZG_BF16, 0, out, in, n, nt)
-ZG_ROWS_FNS(f32, ZG_NOATTR, row_acc)
-ZG_ROWS_FNS(f16, ZG_NOATTR, ZG_CALL_F16)
-ZG_ROWS_FNS(bf16, ZG_NOATTR, ZG_CALL_BF16)
+ZG_ROWS_FNS(f32, , ZG_F32, 0)
+ZG_ROWS_FNS(f16, , ZG_F16, 0)
+ZG_ROWS_FNS(bf16, , ZG_BF16, 0)
 #if VEC_HAS_BF16CVT
-#define ZG_CALL_BF16CVT(op, out, in, n, nt) row_fast(op, ZG_BF16, 1, out, in, n, nt)
-ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_CALL_BF16CVT)
+ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_BF16, 1)
 #endif
 #endif
 

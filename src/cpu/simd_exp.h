@@ -1,6 +1,7 @@
-/* The exp recipe of the SIMD paths (kernels_simd.c, compiled once per ISA).
- * ISA-agnostic: constants and the recipe only; kernels_simd.c writes it once over the
- * mapping headers (vec_avx2.h, vec_avx512.h, vec_neon.h).
+/* The exp recipe of the SIMD paths (kernels_simd.c, compiled once per ISA) and of CUDA's
+ * float32 outputs. ISA-agnostic: constants and the recipe only; simd_recipe.h and
+ * kernels_simd.c write it once over the mapping headers (vec_avx2.h, vec_avx512.h,
+ * vec_neon.h; cuda_gate_math.cuh maps it to one float).
  *
  * zg_exp_neg(x) = exp(x) for x <= 0 (the sigmoid only ever needs exp(-|z|)), NaN for NaN.
  *   1. x = max(x, ZG_EXP_LO): below -104.5 exp(x) < 2^-150 rounds to 0 anyway, and the clamp

@@ -24,6 +24,7 @@ typedef struct { V a, b; } V2; /* 2*VL elements of a row kernel */
 #define VEC_W 256
 #include "vec_x86.h"
 
+static inline V v_recip(V d) { return v_div(v_set1(1.0f), d); } /* correctly rounded */
 static inline V v_negabs(V a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
 static inline V v_abs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 /* Lanes whose z has the sign bit set (negative, -0, negative NaN) take a, the others b. */

@@ -51,6 +51,7 @@ static inline unsigned v_nonfinite_bits(V a) { return _mm512_fpclass_ps_mask(a, 
 
 /* ISA hooks of the recipes */
 static inline V v_rcp14(V a) { return _mm512_rcp14_ps(a); }
+static inline V v_recip(V d) { return v_rcp14(d); } /* within 2^-14: the recipe refines it */
 static inline V v_scalef(V p, V k) { return _mm512_scalef_ps(p, k); }
 static inline V v_reduce(V y) { /* y - round(y), exact */
   return _mm512_reduce_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

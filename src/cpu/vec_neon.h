@@ -40,6 +40,7 @@ static inline V v_sub(V a, V b) { return vsubq_f32(a, b); }
 static inline V v_mul(V a, V b) { return vmulq_f32(a, b); }
 static inline V v_div(V a, V b) { return vdivq_f32(a, b); }
 static inline V v_max(V a, V b) { return vmaxq_f32(a, b); } /* NaN when either is NaN */
+static inline V v_recip(V d) { return vdivq_f32(vdupq_n_f32(1.0f), d); } /* correctly rounded */
 static inline V v_fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
 static inline V v_fnma(V a, V b, V c) { return vfmsq_f32(c, a, b); }
 static inline V v_fms(V a, V b, V c) { return vfmaq_f32(vnegq_f32(c), a, b); }

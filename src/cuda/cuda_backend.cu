@@ -36,18 +36,17 @@ int fail_cuda(const char *what, cudaError_t e) {
                  cudaGetErrorString(e));
 }
 
-/* The kernel table of an operator and dtype kind (mixed: some tensor differs). */
+/* The kernel table of an operator and dtype kind (mixed: some tensor differs; those have the
+ * ANY layout only). */
 const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
+  using Table = const void *(*)(int v, int layout);
+  constexpr Table tables[2][4] = {/* bwd, fwd by DT_F32, DT_F16, DT_BF16, DT_MIXED */
+                                  {kernels_bwd_f32, kernels_bwd_f16, kernels_bwd_bf16, kernels_bwd_mixed},
+                                  {kernels_fwd_f32, kernels_fwd_f16, kernels_fwd_bf16, kernels_fwd_mixed}};
   int kind = a.dtype[0];
   for (int t = 1; t < nt; t++)
     if (a.dtype[t] != kind) kind = DT_MIXED;
-  const bool bwd = op == ZG_OP_BWD;
-  switch (kind) {
-    case DT_F32: return bwd ? kernels_bwd_f32(v, layout) : kernels_fwd_f32(v, layout);
-    case DT_F16: return bwd ? kernels_bwd_f16(v, layout) : kernels_fwd_f16(v, layout);
-    case DT_BF16: return bwd ? kernels_bwd_bf16(v, layout) : kernels_fwd_bf16(v, layout);
-    default: return bwd ? kernels_bwd_mixed(v, L_ANY) : kernels_fwd_mixed(v, L_ANY);
-  }
+  return tables[op == ZG_OP_BWD ? 0 : 1][kind](v, kind == DT_MIXED ? L_ANY : layout);
 }
 
 int launch(const void *kernel, const Args &a, cudaStream_t stream) {

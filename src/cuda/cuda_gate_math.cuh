@@ -1,39 +1,31 @@
-/* Per-element math of the CUDA backend, and the two operators built on it as the kernel's
- * template parameter (cuda_kernel.cuh): the device twin of the CPU SIMD paths
- * (src/cpu/simd_exp.h for the recipe and its measured error, src/cpu/kernels_avx2.c for the
- * same operations in the same order), with gate_math.h's formula and grouping:
- *
- *   e = exp(-|z|), r = 1/(1+e); z >= 0: s = r, 1-s = e*r; z < 0: s = e*r, 1-s = r
- *   dz = (dout*o) * (s*(1 + z*(1-s)));  dos = (dout*z) * s;  out = (o*z) * s
- *
- * dos and out group as gate_math.h does (scaled() below): z*s first would round a subnormal
- * z*s (z itself tiny) before |dout| > 1 scales it up. Where dout*z overflows (|z| near
- * FLT_MAX), (dout*s)*z is taken instead: 0 where s is 0 and the infinity otherwise, as the
- * float64 formula gives (the CPU paths recompute such lanes in float64).
- *
- * Two recipes, chosen by the output types:
- *  - Accurate (float32 outputs): CUDA's expf is good to 2 ulp, and the five roundings of the
- *    plain formula on top of it reach about 4.8 ulp of the scale (measured on the CPU with
- *    an exact exp), over the policy's 4. Here exp carries its rounding error (e + elo), r
- *    and e*r are each corrected to about half an ulp, and dout*o keeps its rounding error
- *    through an fma, as on the CPU. About 60 instructions an element: affordable at
- *    float32's element rate (20 bytes an element), not at bfloat16's (10).
- *  - Fast (float16/bfloat16 outputs): the plain formula with CUDA's expf. Its error, at most
- *    about 13 units of 2^-24 relative to the scale, is far below half an ulp of a 16-bit
- *    type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3 units of
- *    2^-24 of the scale), within the policy's float32 bound plus half an ulp of the type.
- * Every fma is written out (fmaf); the other operations are plain float adds and
- * multiplies, which nvcc only contracts when a product feeds an add, and no such pair is
- * left unwritten here. Subnormals are kept (no -ftz); the build never passes
- * --use_fast_math. */
+/* Per-element math of the CUDA backend: the two recipes that evaluate gate_math.h's formula
+ * in float, chosen by the output types, and the two operators built on them as the kernel's
+ * template parameter (cuda_kernel.cuh).
+ *  - Accurate (float32 outputs): the CPU SIMD paths' recipe (src/cpu/simd_exp.h for it and
+ *    its measured error), its steps from the same code (src/cpu/simd_recipe.h). CUDA's expf
+ *    is good to 2 ulp, and the five roundings of the plain formula on top of it reach about
+ *    4.8 ulp of the scale (measured on the CPU with an exact exp), over the policy's 4. Here
+ *    exp carries its rounding error (e + elo), r and e*r are each corrected to about half an
+ *    ulp, and dout*o keeps its rounding error through an fma, as on the CPU. About 60
+ *    instructions an element: affordable at float32's element rate (20 bytes an element),
+ *    not at bfloat16's (10).
+ *  - Fast (float16/bfloat16 outputs): gate_math.h's functions as written, CUDA's expf. Its
+ *    error, at most about 13 units of 2^-24 relative to the scale, is far below half an ulp
+ *    of a 16-bit type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3
+ *    units of 2^-24 of the scale), within the policy's float32 bound plus half an ulp of the
+ *    type.
+ * dos and out group as gate_math.h does (zg_scaled): z*s first would round a subnormal z*s
+ * (z itself tiny) before |dout| > 1 scales it up; where dout*z overflows (|z| near FLT_MAX),
+ * (dout*s)*z gives 0 where s is 0 and the infinity otherwise, as the float64 formula does
+ * (the CPU paths recompute such lanes in float64).
+ * Every fma is written out (fmaf here, ZG_MADD in gate_math.h) and the other operations
+ * are __fadd_rn / __fmul_rn / __frcp_rn, which nvcc never contracts. Subnormals are kept
+ * (no -ftz); the build never passes --use_fast_math (gate_math.h refuses it). */
 #ifndef ZGATE_CUDA_GATE_MATH_CUH
 #define ZGATE_CUDA_GATE_MATH_CUH
 
 #include "cpu/simd_exp.h"
-
-#if defined(__USE_FAST_MATH__)
-#error "zgate's CUDA backend must not be built with --use_fast_math: NaN, inf and exp accuracy matter"
-#endif
+#include "gate_math.h"
 
 namespace zgcu {
 
@@ -48,25 +40,30 @@ __device__ __forceinline__ float s_floor(float z, float s) {
   return z >= ZG_S_UNDERFLOW_Z ? fmaxf(s, 0x1p-149f) : s; /* NaN z: unchanged */
 }
 
+/* The CPU's accurate recipe (simd_recipe.h) on one float: the same operations, each an
+ * IEEE intrinsic (never contracted), 1/d correctly rounded. */
+namespace recipe {
+typedef float V;
+#define ZG_INLINE __device__ __forceinline__
+ZG_INLINE V v_set1(float x) { return x; }
+ZG_INLINE V v_add(V a, V b) { return __fadd_rn(a, b); }
+ZG_INLINE V v_sub(V a, V b) { return __fsub_rn(a, b); }
+ZG_INLINE V v_mul(V a, V b) { return __fmul_rn(a, b); }
+ZG_INLINE V v_fma(V a, V b, V c) { return fmaf(a, b, c); }
+ZG_INLINE V v_fnma(V a, V b, V c) { return fmaf(-a, b, c); }
+ZG_INLINE V v_fms(V a, V b, V c) { return fmaf(a, b, -c); }
+ZG_INLINE V v_recip(V d) { return __frcp_rn(d); }
+#include "cpu/simd_recipe.h"
+#undef ZG_INLINE
+}  // namespace recipe
+
 /* e + elo = exp(x) for x <= 0 (or NaN): simd_exp.h steps 1-5. */
 __device__ __forceinline__ float exp_neg(float x, float &elo) {
   const float shifter = 0x1.8p23f;
   x = x < ZG_EXP_LO ? ZG_EXP_LO : x; /* a NaN x passes through */
   float j = fmaf(x, ZG_EXP_LOG2E, shifter);
   float k = __fsub_rn(j, shifter);
-  float r1 = fmaf(-k, ZG_EXP_LN2_HI, x); /* exact */
-  float r = fmaf(-k, ZG_EXP_LN2_LO, r1);
-  float c = fmaf(-k, ZG_EXP_LN2_LO, __fsub_rn(r1, r)); /* r's rounding */
-  float r2 = __fmul_rn(r, r);
-  float q01 = fmaf(ZG_EXP_Q1, r, ZG_EXP_Q0);
-  float q23 = fmaf(ZG_EXP_Q3, r, ZG_EXP_Q2);
-  float q45 = fmaf(ZG_EXP_Q5, r, ZG_EXP_Q4);
-  float q = fmaf(__fmul_rn(r2, r2), q45, fmaf(r2, q23, q01));
-  float hi = __fadd_rn(1.0f, r);
-  float lo = __fadd_rn(__fsub_rn(1.0f, hi), r);
-  float u = __fadd_rn(fmaf(r2, q, c), lo);
-  float p = __fadd_rn(hi, u);
-  float plo = __fadd_rn(__fsub_rn(hi, p), u);
+  float plo, p = recipe::exp_core(x, k, &plo);
   int ki = __float_as_int(j) - __float_as_int(shifter);
   if (x >= -87.0f) { /* normal result: one scale */
     float sc = __int_as_float((ki + 127) << 23);
@@ -81,38 +78,24 @@ __device__ __forceinline__ float exp_neg(float x, float &elo) {
 
 /* The recipes. Each gives r = 1/(1+e) and er = e*r for e = exp(-|z|), and
  * dz = (dout*o) * h with h = s*(1 + z*oms) from s and oms = 1 - s. */
-struct Accurate {
-  /* r and er each within about half an ulp, without cancellation. */
-  __device__ static __forceinline__ void sigmoid_parts(float z, float &r_out, float &er_out) {
+struct Accurate { /* each within about half an ulp, without cancellation (simd_recipe.h) */
+  __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
     float elo;
     float e = exp_neg(-fabsf(z), elo);
-    float d = __fadd_rn(1.0f, e);
-    float dlo = __fadd_rn(__fsub_rn(e, __fsub_rn(d, 1.0f)), elo); /* 1 + E = d + dlo */
-    float r = __frcp_rn(d);
-    float res = fmaf(-r, dlo, fmaf(-r, d, 1.0f)); /* 1 - r*(d + dlo) */
-    float er = __fmul_rn(e, r);
-    float erlo = fmaf(elo, r, fmaf(e, r, -er)); /* E*r - er */
-    r_out = fmaf(r, res, r);
-    er_out = __fadd_rn(er, fmaf(er, res, erlo));
+    recipe::sigmoid_parts_acc(e, elo, &r, &er);
   }
-  /* h = s + (s*z)*oms rounded once; dout*o's rounding error kept through an fma. */
   __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
-    float h = fmaf(__fmul_rn(s, z), oms, s);
-    float a = __fmul_rn(dout, o);
-    float alo = fmaf(dout, o, -a);
-    float fused = fmaf(a, h, __fmul_rn(alo, h));
+    float a, h, fused = recipe::dz_acc(dout, z, o, s, oms, &a, &h);
     return isnan(fused) ? __fmul_rn(a, h) : fused; /* a = inf: keep the plain product */
   }
 };
 
 struct Fast { /* gate_math.h's formula as written, CUDA's expf */
   __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
-    float e = expf(-fabsf(z));
-    r = __frcp_rn(__fadd_rn(1.0f, e));
-    er = __fmul_rn(e, r);
+    zg_sigmoid_parts(z, &r, &er);
   }
   __device__ static __forceinline__ float dz(float dout, float z, float o, float s, float oms) {
-    return __fmul_rn(__fmul_rn(dout, o), __fmul_rn(s, fmaf(z, oms, 1.0f)));
+    return zg_gate_dz(dout, z, o, s, oms);
   }
 };
 
@@ -121,15 +104,8 @@ template <class R>
 __device__ __forceinline__ void sigmoid_pair(float z, float &s, float &oms) {
   float r, er;
   R::sigmoid_parts(z, r, er);
-  bool pos = z >= 0.0f;
-  s = s_floor(z, pos ? r : er);
-  oms = pos ? er : r;
-}
-
-/* a*z*s as (a*z)*s; (a*s)*z where a*z is not finite (overflow, an infinity or NaN). */
-__device__ __forceinline__ float scaled(float a, float z, float s) {
-  float p = __fmul_rn(a, z);
-  return isfinite(p) ? __fmul_rn(p, s) : __fmul_rn(__fmul_rn(a, s), z);
+  s = s_floor(z, zg_sigmoid_s(z, r, er));
+  oms = zg_sigmoid_oms(z, r, er);
 }
 
 /* The operators, each the template parameter of the kernel body (cuda_kernel.cuh): its
@@ -143,7 +119,7 @@ struct GateBwd { /* dout, z, o -> dz, dout_scaled */
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
     y[0] = R::dz(dout, z, o, s, oms);
-    y[1] = scaled(dout, z, s);
+    y[1] = zg_scaled(dout, z, s);
   }
 };
 
@@ -154,7 +130,7 @@ struct GateFwd { /* o, z -> out */
     const float o = x[0], z = x[1];
     float s, oms;
     sigmoid_pair<R>(z, s, oms);
-    y[0] = scaled(o, z, s);
+    y[0] = zg_scaled(o, z, s);
   }
 };
 

@@ -1,6 +1,6 @@
 /* The gate kernel body and the lookup that instantiates it for one (operator, dtype kind):
- * included by the kernels_<op>_<kind>.cu translation units, one module each (cuda_kernels.h
- * says why). The operator is a template parameter, GateBwd or GateFwd (cuda_gate_math.cuh):
+ * included by kernels.cu, compiled once per pair, one module each (cuda_kernels.h says
+ * why). The operator is a template parameter, GateBwd or GateFwd (cuda_gate_math.cuh):
  * its operand counts and per-element math; everything here is the same for both.
  *
  * The grid covers every work item (a grid-stride loop takes over past 2^31-1 blocks); each
@@ -60,6 +60,11 @@ struct Item {
   uint32_t w[packed<KIND, V>() ? Op::kIn : 1][packed<KIND, V>() ? V / 2 : 1];
 };
 
+/* x / f.d for x < 2^32 (cuda_plan.h, FastDiv). */
+__device__ __forceinline__ uint32_t divide(uint32_t x, const FastDiv &f) {
+  return (uint32_t)(((uint64_t)__umulhi(x, f.m) + x) >> f.s);
+}
+
 /* Item index -> element offsets in every tensor. FLAT and ROWS need V > 1 (then every
  * tensor's innermost stride is 1); ROWS also n[0] = n[1] = 1 and fewer than 2^32 items. */
 template <class Op, int KIND, int V, int LAYOUT>
@@ -70,9 +75,7 @@ __device__ __forceinline__ void locate(const Args &a, int64_t i, Item<Op, KIND, 
 #pragma unroll
     for (int t = 0; t < NT; t++) it.off[t] = col;
   } else if constexpr (LAYOUT == L_ROWS) {
-    const uint32_t x = (uint32_t)i;
-    uint32_t r = __umulhi(x, a.div_nv.m);
-    r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
+    const uint32_t x = (uint32_t)i, r = divide(x, a.div_nv);
     const int64_t col = (int64_t)(x - r * a.div_nv.d) * V;
 #pragma unroll
     for (int t = 0; t < NT; t++) it.off[t] = (int64_t)r * a.st[t][2] + col;
@@ -88,15 +91,11 @@ __device__ __forceinline__ void locate(const Args &a, int64_t i, Item<Op, KIND, 
         i1 = row % a.n[1];
         i0 = row / a.n[1];
       } else {
-        uint32_t x = (uint32_t)i;
-        uint32_t r = __umulhi(x, a.div_nv.m);
-        r = (uint32_t)(((uint64_t)r + x) >> a.div_nv.s);
+        const uint32_t x = (uint32_t)i, r = divide(x, a.div_nv);
         c = x - r * a.div_nv.d;
-        uint32_t r2 = __umulhi(r, a.div_n2.m);
-        r2 = (uint32_t)(((uint64_t)r2 + r) >> a.div_n2.s);
+        const uint32_t r2 = divide(r, a.div_n2);
         i2 = r - r2 * a.div_n2.d;
-        uint32_t r1 = __umulhi(r2, a.div_n1.m);
-        r1 = (uint32_t)(((uint64_t)r1 + r2) >> a.div_n1.s);
+        const uint32_t r1 = divide(r2, a.div_n1);
         i1 = r2 - r1 * a.div_n1.d;
         i0 = r1;
       }
@@ -257,7 +256,7 @@ const void *kernel_for(int v, int layout) {
 }  // namespace
 }  // namespace zgcu
 
-/* The body of a kernels_<op>_<kind>.cu file: Op is GateBwd or GateFwd, KIND a DT_ code. */
+/* The body of kernels.cu: Op is GateBwd or GateFwd, KIND a DT_ code. */
 #define ZG_CUDA_DEFINE_TABLE(name, Op, KIND) \
   const void *zgcu::name(int v, int layout) { return kernel_for<Op, KIND>(v, layout); }
 

@@ -1,6 +1,6 @@
-/* What the host side (cuda_backend.cu) and the kernel translation units (kernels_*.cu) agree
- * on: the block size, and one lookup function per (operator, dtype kind) that returns the
- * kernel for a vector width and layout.
+/* What the host side (cuda_backend.cu) and the kernel objects (kernels.cu, one per operator
+ * and dtype kind) agree on: the block size, and one lookup function per (operator, dtype
+ * kind) that returns the kernel for a vector width and layout.
  *
  * Why one translation unit per (operator, dtype kind): each .cu object carries its own
  * fatbin, which the CUDA runtime registers as its own module, and with lazy loading (the
