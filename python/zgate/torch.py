@@ -21,68 +21,70 @@ from typing import Tuple
 
 import torch
 
-from . import _binding, _mamba
+from . import _binding
 from ._errors import Error, Status
-from ._mamba import MambaPatch
+from ._mamba import MambaPatch, use_in_mamba_ssm
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
            "use_in_mamba_ssm", "MambaPatch"]
+Tensor = torch.Tensor
 
 
-def _check_same_shape(names, tensors):
-    first = tensors[0]
+def _new_like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _check_same_shape(names, *tensors):
+    names, first = names.split(), tensors[0]
     for n, t in zip(names[1:], tensors[1:]):
         torch._check(t.shape == first.shape,
                      lambda: "zgate: %s has shape %s but %s has %s"
                      % (n, tuple(t.shape), names[0], tuple(first.shape)))
 
 
-@torch.library.custom_op("zgate::bwd", mutates_args=())
-def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _bwd(dout: Tensor, z: Tensor, o: Tensor) -> Tuple[Tensor, Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
     return _binding.bwd(dout, z, o, None, None, False, 0)
 
 
-@bwd.register_fake
-def _bwd_fake(dout, z, o):
-    _check_same_shape(("dout", "z", "o"), (dout, z, o))
-    return (torch.empty_like(dout, memory_format=torch.contiguous_format),
-            torch.empty_like(dout, memory_format=torch.contiguous_format))
-
-
-@torch.library.custom_op("zgate::fwd", mutates_args=())
-def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def _fwd(o: Tensor, z: Tensor) -> Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
     return _binding.fwd(o, z, None, 0)
 
 
+bwd = torch.library.custom_op("zgate::bwd", _bwd, mutates_args=())
+fwd = torch.library.custom_op("zgate::fwd", _fwd, mutates_args=())
+
+
+@bwd.register_fake
+def _bwd_fake(dout, z, o):
+    _check_same_shape("dout z o", dout, z, o)
+    return _new_like(dout), _new_like(dout)
+
+
 @fwd.register_fake
 def _fwd_fake(o, z):
-    _check_same_shape(("o", "z"), (o, z))
-    return torch.empty_like(o, memory_format=torch.contiguous_format)
+    _check_same_shape("o z", o, z)
+    return _new_like(o)
 
 
 @torch.library.custom_op("zgate::silu_gate_backward", mutates_args=())
-def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
-                        z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _silu_gate_backward(grad_out: Tensor, o: Tensor, z: Tensor) -> Tuple[Tensor, Tensor]:
     """(grad_o, grad_z) of out = o * silu(z): zgate_bwd writing dout_scaled (= grad_o) in o's
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
-    grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
-    grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
+    grad_o, grad_z = _new_like(o), _new_like(z)
     _binding.bwd(grad_out, z, o, grad_z, grad_o, False, 0)
     return grad_o, grad_z
 
 
 @_silu_gate_backward.register_fake
 def _silu_gate_backward_fake(grad_out, o, z):
-    _check_same_shape(("grad_out", "o", "z"), (grad_out, o, z))
-    return (torch.empty_like(o, memory_format=torch.contiguous_format),
-            torch.empty_like(z, memory_format=torch.contiguous_format))
+    _check_same_shape("grad_out o z", grad_out, o, z)
+    return _new_like(o), _new_like(z)
 
 
 def _fwd_setup(ctx, inputs, output):
-    o, z = inputs
-    ctx.save_for_backward(o, z)
+    ctx.save_for_backward(*inputs)
 
 
 def _fwd_backward(ctx, grad_out):
@@ -94,18 +96,15 @@ def _fwd_backward(ctx, grad_out):
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
 
 
-def _as4(t):
-    return t if t.dim() <= 4 else t.reshape((-1,) + tuple(t.shape[-3:]))
-
-
 def silu_gate(o, z):
     """out = o * silu(z) = o * z * sigmoid(z), differentiable in o and z.
 
     Any shape with up to 4 dimensions (more are flattened into the first); o and z have the
     same shape; the result has o's dtype. Its backward is zgate_bwd."""
-    if o.dim() > 4:
-        return torch.ops.zgate.fwd(_as4(o), _as4(z)).reshape(o.shape)
-    return torch.ops.zgate.fwd(o, z)
+    if o.dim() <= 4:
+        return torch.ops.zgate.fwd(o, z)
+    o4, z4 = (t.reshape((-1,) + tuple(t.shape[-3:])) for t in (o, z))
+    return torch.ops.zgate.fwd(o4, z4).reshape(o.shape)
 
 
 def compute_dzdo(do, z, o, chunk_size=64):
@@ -121,8 +120,7 @@ def compute_dzdo(do, z, o, chunk_size=64):
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
-    dz = torch.empty_like(z)
-    do_scaled = torch.empty_like(do, memory_format=torch.contiguous_format)
+    dz, do_scaled = torch.empty_like(z), _new_like(do)
     if torch.compiler.is_compiling() or type(do).__torch_dispatch__ is not _dispatch:
         # Traced, or a DTensor: through the op. Detached, as in eager mode: these results
         # carry no autograd history.
@@ -135,37 +133,36 @@ def compute_dzdo(do, z, o, chunk_size=64):
 # --- out-variants: the given tensors written in place ------------------------------------
 
 @torch.library.custom_op("zgate::bwd_out", mutates_args=("dz", "dout_scaled"))
-def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
-            dout_scaled: torch.Tensor) -> None:
+def bwd_out(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor, dout_scaled: Tensor) -> None:
     """bwd writing into dz and dout_scaled (each in its own dtype)."""
     _binding.bwd(dout, z, o, dz, dout_scaled, False, 0)
 
 
 @bwd_out.register_fake
 def _bwd_out_fake(dout, z, o, dz, dout_scaled):
-    _check_same_shape(("dout", "z", "o", "dz", "dout_scaled"), (dout, z, o, dz, dout_scaled))
+    _check_same_shape("dout z o dz dout_scaled", dout, z, o, dz, dout_scaled)
 
 
 @torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
-def bwd_inplace(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor) -> None:
+def bwd_inplace(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor) -> None:
     """bwd writing dz into dz and dout_scaled into dout."""
     _binding.bwd(dout, z, o, dz, None, True, 0)
 
 
 @bwd_inplace.register_fake
 def _bwd_inplace_fake(dout, z, o, dz):
-    _check_same_shape(("dout", "z", "o", "dz"), (dout, z, o, dz))
+    _check_same_shape("dout z o dz", dout, z, o, dz)
 
 
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
-def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
+def fwd_out(o: Tensor, z: Tensor, out: Tensor) -> None:
     """fwd writing into out (in its own dtype)."""
     _binding.fwd(o, z, out, 0)
 
 
 @fwd_out.register_fake
 def _fwd_out_fake(o, z, out):
-    _check_same_shape(("o", "z", "out"), (o, z, out))
+    _check_same_shape("o z out", o, z, out)
 
 
 # --- DTensor: every op runs on the local shards ----------------------------------------------
@@ -182,9 +179,8 @@ def _register_sharding():
 
     def same_everywhere(n_in, n_out):
         def strategies(*args):
-            ndim = args[0].ndim
             return [([p] * n_out or [None], [p] * n_in)
-                    for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
+                    for p in [Replicate()] + [Shard(d) for d in range(args[0].ndim)]]
         return strategies
 
     ops = torch.ops.zgate
@@ -195,40 +191,23 @@ def _register_sharding():
 
 _register_sharding()
 
-
-def _register_device_kernels():
-    """torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those
-    dispatch keys directly. custom_op registers its kernel for CompositeExplicitAutograd
-    behind Python wrappers of its own (a per-device table, dynamo's disable wrapper, an
-    aliasing check: about 1.4 us a call on a 2-core CPU machine); a kernel for the device's
-    own key is chosen before it, and calls the same function. Other devices (an NPU, Meta
-    through the fake) keep custom_op's kernels; autograd and the fake are unchanged."""
-    lib = torch.library.Library("zgate", "IMPL")
-    for key in ("CPU", "CUDA"):
-        lib.impl("bwd", _bwd_kernel, key)
-        lib.impl("fwd", _fwd_kernel, key)
-    return lib   # kept: the registrations last as long as the Library object
-
-
-def _bwd_kernel(dout, z, o):
-    return _binding.bwd(dout, z, o, None, None, False, 0)
-
-
-def _fwd_kernel(o, z):
-    return _binding.fwd(o, z, None, 0)
-
-
-_device_kernels = _register_device_kernels()
+# torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those dispatch
+# keys directly. custom_op registers its kernel for CompositeExplicitAutograd behind Python
+# wrappers of its own (a per-device table, dynamo's disable wrapper, an aliasing check: about
+# 1.4 us a call on a 2-core CPU machine); a kernel for the device's own key is chosen before
+# it, and calls the same function. Other devices (an NPU, Meta through the fake) keep
+# custom_op's kernels; autograd and the fake are unchanged. The Library object is kept: the
+# registrations last as long as it does.
+_device_kernels = torch.library.Library("zgate", "IMPL")
+for _key in ("CPU", "CUDA"):
+    _device_kernels.impl("bwd", _bwd, _key)
+    _device_kernels.impl("fwd", _fwd, _key)
 
 
 # --- torch.compile paths of zgate.bwd / zgate.fwd, and tensors the binding passes on ---------
 # In eager mode zgate.bwd / zgate.fwd write through raw pointers and record no autograd
 # history; traced, they do the same (detached inputs) through the ops above, the given
 # outputs mutated in place (no temporary, no copy). Use silu_gate for gradients.
-
-def _new_like(t):
-    return torch.empty_like(t, memory_format=torch.contiguous_format)
-
 
 def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     z, o = z.detach(), o.detach()
@@ -273,11 +252,3 @@ def fallback(op, *args):
         return NotImplemented
     raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is on device '%s'"
                 % ("dout" if op == "bwd" else "o", x.device))
-
-
-def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False,
-                     replacement=None):
-    """Put zgate's compute_dzdo (or `replacement`) wherever mamba_ssm looks compute_dzdo up;
-    see zgate._mamba.use_in_mamba_ssm. Returns a MambaPatch."""
-    return _mamba.use_in_mamba_ssm(module, skip_package_init=skip_package_init,
-                                   replacement=replacement or compute_dzdo)
