@@ -21,6 +21,7 @@ from typing import Tuple
 
 import torch
 
+import zgate as _zgate
 from . import _binding
 from ._errors import Error, Status
 from ._mamba import MambaPatch, use_in_mamba_ssm
@@ -120,14 +121,9 @@ def compute_dzdo(do, z, o, chunk_size=64):
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
-    dz, do_scaled = torch.empty_like(z), _new_like(do)
-    if torch.compiler.is_compiling() or type(do).__torch_dispatch__ is not _dispatch:
-        # Traced, or a DTensor: through the op. Detached, as in eager mode: these results
-        # carry no autograd history.
-        torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
-    else:
-        _binding.bwd(do, z, o, dz, do_scaled, False, 0)
-    return dz, do_scaled
+    # zgate.bwd: traced or on a DTensor, through bwd_out on detached tensors, as in eager
+    # mode (these results carry no autograd history)
+    return _zgate.bwd(do, z, o, dz=torch.empty_like(z), dout_scaled=_new_like(do))
 
 
 # --- out-variants: the given tensors written in place ------------------------------------
@@ -231,9 +227,6 @@ def traced_fwd(o, z, out):
         return torch.ops.zgate.fwd(o.detach(), z.detach())
     torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)
     return out
-
-
-_dispatch = torch.Tensor.__torch_dispatch__
 
 
 def fallback(op, *args):

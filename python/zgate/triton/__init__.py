@@ -14,8 +14,7 @@ nothing is tuned, so the first call costs one compile per dtype combination and 
 Outputs whose memory overlaps another tensor are refused, except dout_scaled given as dout
 itself (inplace).
 
-ascend_compile_report(...) compiles the kernel for an Ascend 910B target without an NPU
-(ascend.py).
+zgate.triton.ascend compiles the kernel for an Ascend 910B target without an NPU.
 """
 import contextlib
 import functools
@@ -24,14 +23,7 @@ import os
 from .._errors import Error, Status
 from . import plan as _plan
 
-__all__ = ["bwd", "fwd", "ascend_compile_report", "available"]
-
-
-def ascend_compile_report(*args, **kwargs):
-    """The UB plan and cost model of the kernel compiled for an Ascend 910B target: see
-    zgate.triton.ascend.ascend_compile_report."""
-    from .ascend import ascend_compile_report as report
-    return report(*args, **kwargs)
+__all__ = ["bwd", "fwd", "available"]
 
 
 def _torch():
