@@ -129,7 +129,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cpu, gate_cpu,
                                   .RemainingArgs()
                                   .RemainingRets());
 
-#ifdef ZGATE_JAX_CUDA
+#ifdef ZGATE_JAX_CUDA   // its absence tells _jax.py that JAX arrays on a GPU are refused
 ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_cuda(XLA_FFI_CallFrame *);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cuda, gate_cuda,
                               ffi::Ffi::Bind()
@@ -139,15 +139,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cuda, gate_cuda,
                                   .RemainingArgs()
                                   .RemainingRets());
 #endif
-
-// 1 where the CUDA handler is built (libzgate built with CUDA), else 0.
-ZGATE_JAX_EXPORT int zgate_jax_cuda_built(void) {
-#ifdef ZGATE_JAX_CUDA
-  return 1;
-#else
-  return 0;
-#endif
-}
 
 // The library's validation of a call with these shapes and DLPack dtypes (bwd: dout, z, o,
 // dz, dout_scaled; fwd: o, z, out), on data-less CPU tensors: ZGATE_OK or

@@ -1,8 +1,8 @@
 """JAX arrays in zgate.bwd / zgate.fwd: the library runs inside JAX's programs as an XLA FFI
-custom call (the handler of zgate/libzgate_jax, python/ext/jax_ffi.cc, one per platform for
-both ops), registered with jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and under jax.jit: XLA
-allocates the outputs and, on a GPU, the kernel runs on XLA's stream, ordered with the rest of
-the program. The call's shapes and dtypes are checked by the library itself when the call is
+custom call (zgate/libzgate_jax, python/ext/jax_ffi.cc: one handler per platform for both
+ops), registered with jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and
+under jax.jit: XLA allocates the outputs and, on a GPU, the kernel runs on XLA's stream,
+ordered with the rest of the program. The call's shapes and dtypes are checked by the library itself when the call is
 traced, so bad input raises zgate.Error at the call, with the library's message.
 """
 import ctypes
@@ -38,15 +38,16 @@ def _load():
                     "built where jax imports: pip install --no-build-isolation ." % _LIB)
     lib = ctypes.CDLL(_LIB)
     lib.zgate_last_error.restype = ctypes.c_char_p
-    lib.zgate_jax_validate.argtypes = [
-        ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
-        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_uint8),
-        ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32]
-    for p in ["cpu"] + (["CUDA"] if lib.zgate_jax_cuda_built() else []):
+    for p in ["cpu"] + (["CUDA"] if _cuda(lib) else []):
         jax.ffi.register_ffi_target("zgate", _capsule(getattr(lib, "zgate_jax_" + p.lower())),
                                     platform=p)
     _lib = lib
     return lib
+
+
+def _cuda(lib):
+    """Whether the CUDA handler is built (libzgate built with CUDA)."""
+    return hasattr(lib, "zgate_jax_cuda")
 
 
 def _dlpack_dtype(dtype):
@@ -85,7 +86,7 @@ def _threads(n):
 def _inputs(arrays, lib):
     """JAX arrays (and tracers) as they are; anything else through NumPy. Concrete arrays on a
     platform the handlers do not serve are refused here, before XLA lowers the call."""
-    cuda, out = lib.zgate_jax_cuda_built(), []
+    cuda, out = _cuda(lib), []
     for a in arrays:
         if not isinstance(a, jax.Array):
             a = np.asarray(a)

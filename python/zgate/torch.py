@@ -1,19 +1,12 @@
-"""PyTorch integration: custom ops, a differentiable silu_gate and a drop-in compute_dzdo.
+"""PyTorch integration: the custom ops torch.ops.zgate.{fwd, bwd, silu_gate_backward, fwd_out,
+bwd_out, bwd_inplace} (docs/api.md), a differentiable silu_gate, a drop-in compute_dzdo and
+use_in_mamba_ssm(), which puts it into an installed mamba_ssm's Mamba-3 backward.
 
-    torch.ops.zgate.fwd(o, z) -> out                 out = o * silu(z), dtype of o
-    torch.ops.zgate.bwd(dout, z, o) -> (dz, dout_scaled)   dtype of dout
-    torch.ops.zgate.fwd_out(o, z, out!)                    out written in place
-    torch.ops.zgate.bwd_out(dout, z, o, dz!, dout_scaled!) dz, dout_scaled written in place
-    torch.ops.zgate.bwd_inplace(dout!, z, o, dz!)          dout_scaled written into dout
-
-All are registered with torch.library.custom_op and have fake (meta) implementations, so
-torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks; the
-out-variants declare what they mutate, so that compiled zgate.bwd(..., dz=, dout_scaled=),
-inplace=True and zgate.fwd(..., out=) write straight into the given tensors. New outputs
-are compact tensors on the inputs' device; CUDA work runs on the current stream.
-
-    zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
-                                     backward (every module that imported it by name)
+Every op has a fake (meta) implementation, so torch.compile(fullgraph=True) traces it as one
+opaque node without graph breaks; the out-variants declare what they mutate, so that compiled
+zgate.bwd(..., dz=, dout_scaled=), inplace=True and zgate.fwd(..., out=) write straight into
+the given tensors. New outputs are compact tensors on the inputs' device; CUDA work runs on
+the current stream.
 """
 # The eager kernels call zgate._binding directly: given outputs there get their version
 # counters bumped (a raw-pointer write that autograd must see).
@@ -166,26 +159,22 @@ def _fwd_out_fake(o, z, out):
 # Replicate) is kept by the outputs, and no data moves. Inputs of other placements are
 # redistributed by DTensor to one of these first (Partial, for one, to Replicate).
 
-def _register_sharding():
-    try:
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.experimental import register_sharding
-    except ImportError:   # a PyTorch without torch.distributed
-        return
-
-    def same_everywhere(n_in, n_out):
-        def strategies(*args):
-            return [([p] * n_out or [None], [p] * n_in)
-                    for p in [Replicate()] + [Shard(d) for d in range(args[0].ndim)]]
-        return strategies
-
-    ops = torch.ops.zgate
-    for op, n_in, n_out in ((ops.bwd, 3, 2), (ops.fwd, 2, 1), (ops.silu_gate_backward, 3, 2),
-                            (ops.bwd_out, 5, 0), (ops.bwd_inplace, 4, 0), (ops.fwd_out, 3, 0)):
-        register_sharding(op.default)(same_everywhere(n_in, n_out))
+def _same_everywhere(n_in, n_out):
+    def strategies(*args):
+        return [([p] * n_out or [None], [p] * n_in)
+                for p in [Replicate()] + [Shard(d) for d in range(args[0].ndim)]]
+    return strategies
 
 
-_register_sharding()
+try:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding
+except ImportError:   # a PyTorch without torch.distributed
+    register_sharding = None
+for _name, _n_in, _n_out in (("bwd", 3, 2), ("fwd", 2, 1), ("silu_gate_backward", 3, 2),
+                             ("bwd_out", 5, 0), ("bwd_inplace", 4, 0), ("fwd_out", 3, 0)):
+    if register_sharding:
+        register_sharding(getattr(torch.ops.zgate, _name).default)(_same_everywhere(_n_in, _n_out))
 
 # torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those dispatch
 # keys directly. custom_op registers its kernel for CompositeExplicitAutograd behind Python

@@ -109,7 +109,6 @@ def test_recipe_follows_the_outputs():
         assert consts["LEAN"] == all(d != "f32" for d in combo[3:]), combo
         _, consts = plan.kernel_arguments("fwd", [ts[2], ts[1], ts[3]], lay, tiles)
         assert consts["LEAN"] == (combo[3] != "f32"), combo
-    assert plan.tile_elems("npu", "fwd", ["bfloat16", "float16", "bfloat16"]) == 8192
-    assert plan.tile_elems("npu", "fwd", ["bfloat16", "float32", "bfloat16"]) == 4096
-    assert plan.tile_elems("npu", "bwd", ["bfloat16"] * 5) == 4096
-    assert plan.tile_elems("cuda", "fwd", ["bfloat16"] * 3) == plan.GPU_TILE
+    assert plan.npu_tile("fwd", ["bfloat16", "float16", "bfloat16"]) == 8192
+    assert plan.npu_tile("fwd", ["bfloat16", "float32", "bfloat16"]) == 4096
+    assert plan.npu_tile("bwd", ["bfloat16"] * 5) == 4096

@@ -1,12 +1,7 @@
 """zgate's gate as a Triton kernel: Ascend NPUs through triton-ascend, NVIDIA GPUs through
-Triton, CPU tensors under TRITON_INTERPRET=1.
-
-    zgate.triton.bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False)
-        -> (dz, dout_scaled)
-    zgate.triton.fwd(o, z, *, out=None) -> out
-
-Same arguments, results and errors (zgate.Error) as zgate.bwd / zgate.fwd, on PyTorch
-tensors of one device. The kernel (kernel.py) takes every layout whose innermost dim is
+Triton, CPU tensors under TRITON_INTERPRET=1. bwd and fwd take the arguments of zgate.bwd /
+zgate.fwd and give their results and errors (zgate.Error), on PyTorch tensors of one device
+(docs/api.md). The kernel (kernel.py) takes every layout whose innermost dim is
 contiguous in place, Z as a view into the input projection included; a tensor whose
 headdim stride is not 1 is copied once (inputs) or computed into a compact buffer and
 copied back (outputs). The configuration is a function of the shape and dtypes (plan.py):
@@ -136,9 +131,10 @@ def _launch(op, tensors, outputs):
     if tensors[0].numel() == 0:
         return
     dev = tensors[0].device
-    copied, layout, tiles = _plan.plan_call(
-        tuple(tensors[0].shape), tuple(t.stride() for t in tensors),
-        _plan.tile_elems(dev.type, op, [_dtype(t) for t in tensors]))
+    tile = _plan.npu_tile(op, [_dtype(t) for t in tensors]) if dev.type == "npu" else (
+        _plan.GPU_TILE)
+    copied, layout, tiles = _plan.plan_call(tuple(tensors[0].shape),
+                                            tuple(t.stride() for t in tensors), tile)
     work = [t.contiguous() if c and i not in outputs else t
             for i, (t, c) in enumerate(zip(tensors, copied))]
     copy_back = [i for i in outputs if copied[i]]

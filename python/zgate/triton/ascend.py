@@ -116,7 +116,7 @@ def linalg_of(args, consts, target="Ascend910B2"):
 
     def grab(linalg, metadata, options):
         caught["linalg"], caught["metadata"] = linalg, dict(metadata)
-        raise _Caught()
+        raise RuntimeError("stop: the linalg stage is all that is wanted")
 
     saved = stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"]
     stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = grab
@@ -129,10 +129,6 @@ def linalg_of(args, consts, target="Ascend910B2"):
     finally:
         stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = saved
     return stage_globals["_parse_linalg_metadata"](caught["linalg"], caught["metadata"])
-
-
-class _Caught(Exception):
-    pass
 
 
 class UBOverflow(RuntimeError):
@@ -197,7 +193,6 @@ def parse_hivm(text):
                            and len(ping_pong) >= len(copy_calls),
         "scalar_accesses": len(re.findall(r"\bmemref\.(?:load|store)\b", text)),
         "copies": sorted(set(copy_calls)),
-        "copy_calls": len(copy_calls),
     }
 
 
@@ -229,33 +224,41 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     return rep
 
 
-def _kinds(cost):
-    """'Mul 5, Div 1, ...' of a cost model's per-tile calls, unknown ones named."""
-    parts = ["%s %d" % (k, v["calls"]) for k, v in cost["by_kind"].items()]
-    return ", ".join(parts + ["UNKNOWN %s" % u for u in cost["unknown"]])
-
-
-def _print_predictions(cost):
-    """One line per request shape: predicted time at each bandwidth and the speed against
-    an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time)."""
-    for i, shape_row in enumerate(cost["predictions"][0]):
-        parts = []
-        for h, rows in zip(cost["hbm"], cost["predictions"]):
-            p = rows[i]
-            parts.append("%.1f TB/s %s us, x%s / x%s" % (
-                h["bytes_per_s"] / 1e12, "?" if p["npu_us"] is None else "%.1f" % p["npu_us"],
-                _ratio(p["vs A100 40GB"]).strip(), _ratio(p["vs A100 80GB"]).strip()))
-        print("      %-15s %7.1f MB: %s" % ("x".join(map(str, shape_row["shape"])),
-                                           shape_row["bytes"] / 1e6, "; ".join(parts)))
-
-
 def _ratio(x):
     return "  ?  " if x is None else "%5.2f" % x
 
 
-def _copy_kinds(copies):
-    """'2d' when every GM<->UB copy is a 2-D copy, else the routine names."""
-    return ",".join(sorted({(re.findall(r"_(\dd)_", c) or [c])[0] for c in copies}))
+def _print(r, predict):
+    """Print a report: its UB plan, its vector-cost model and, with `predict` on the dense
+    layout, one line per request shape: the predicted time at each bandwidth and the speed
+    against an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time). True
+    when the plan holds (UB within capacity, double-buffered, no scalar accesses)."""
+    c = r["cost"]
+    ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
+          and r["scalar_accesses"] == 0)
+    # '2d' when every GM<->UB copy is a 2-D copy, else the routine names
+    copies = ",".join(sorted({(re.findall(r"_(\dd)_", x) or [x])[0] for x in r["copies"]}))
+    print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
+          "scalar %d  copies %s%s" % (
+              r["target"], r["op"], ",".join(TRITON_DTYPE[d] for d in r["dtypes"]), r["layout"],
+              r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
+              "yes" if r["double_buffered"] else "NO", r["scalar_accesses"], copies,
+              "" if ok else "  <-- FAIL"))
+    kinds = ["%s %d" % (k, v["calls"]) for k, v in c["by_kind"].items()]
+    print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
+        c["n_calls"], "?" if c["vector_cycles"] is None else "%.0f" % c["vector_cycles"],
+        ", ".join(kinds + ["UNKNOWN %s" % u for u in c["unknown"]]), c["tile_bytes"],
+        "; ".join("%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
+            h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]), h["bound"])
+            for h in c["hbm"])))
+    for i, row in enumerate(c["predictions"][0] if predict and r["layout"] == "dense" else []):
+        parts = ["%.1f TB/s %s us, x%s / x%s" % (
+            h["bytes_per_s"] / 1e12, "?" if p[i]["npu_us"] is None else "%.1f" % p[i]["npu_us"],
+            _ratio(p[i]["vs A100 40GB"]).strip(), _ratio(p[i]["vs A100 80GB"]).strip())
+            for h, p in zip(c["hbm"], c["predictions"])]
+        print("      %-15s %7.1f MB: %s" % ("x".join(map(str, row["shape"])), row["bytes"] / 1e6,
+                                           "; ".join(parts)))
+    return ok
 
 
 def _combos(ops, dtype_sets):
@@ -295,25 +298,8 @@ def main(argv=None):
     for target in a.targets.split(","):
         for op, dtypes in _combos(a.ops.split(","), a.dtypes.split(",")):
             for layout in a.layouts.split(","):
-                r = ascend_compile_report(target, op, dtypes, layout, a.headdim)
-                ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
-                      and r["scalar_accesses"] == 0)
-                bad += not ok
-                c = r["cost"]
-                print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
-                      "scalar %d  copies %s%s" % (
-                          target, op, ",".join(TRITON_DTYPE[d] for d in dtypes), layout,
-                          r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
-                          "yes" if r["double_buffered"] else "NO", r["scalar_accesses"],
-                          _copy_kinds(r["copies"]), "" if ok else "  <-- FAIL"))
-                print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
-                    c["n_calls"], "?" if c["vector_cycles"] is None
-                    else "%.0f" % c["vector_cycles"], _kinds(c), c["tile_bytes"], "; ".join(
-                        "%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
-                            h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]),
-                            h["bound"]) for h in c["hbm"])))
-                if a.predict and layout == "dense":
-                    _print_predictions(c)
+                bad += not _print(ascend_compile_report(target, op, dtypes, layout, a.headdim),
+                                  a.predict)
                 n += 1
     print("%d compiled, %d outside the plan" % (n, bad))
     return 1 if bad else 0

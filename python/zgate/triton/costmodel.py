@@ -33,12 +33,6 @@ def table():
         return json.load(f)
 
 
-def request_shapes():
-    """The request's shapes (batch, seqlen, nheads, headdim): the case list's model sizes."""
-    from .. import selfcheck
-    return [tuple(s) for s in selfcheck.real_shapes()]
-
-
 def tile_loop_calls(text):
     """(per_tile, conditional, outside) lists of vector routine names (`v...`) called in
     @gate_kernel: directly in its outermost scf.for, nested deeper in that loop (tail-only
@@ -116,8 +110,8 @@ def vector_cost(text, tile_elems):
         kind["calls"] += 1
         kind["cycles"] += k * tile_elems + b
         total += k * tile_elems + b
-    return {"tile_elems": tile_elems, "calls": dict(collections.Counter(per_tile)),
-            "n_calls": len(per_tile), "by_kind": by_kind,
+    return {"calls": dict(collections.Counter(per_tile)), "n_calls": len(per_tile),
+            "by_kind": by_kind,
             "vector_cycles": None if unknown else total, "unknown": sorted(unknown),
             "by_analogy": sorted(analogy), "tail_only": dict(collections.Counter(conditional))}
 
@@ -145,12 +139,13 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
     an entry of hbm_cost): each core runs its share of the tiles, a tile taking max(vector,
     HBM) cycles (copies and computation overlapping perfectly); and the speed against an
     A100 streaming the same bytes at 90% of its datasheet bandwidth (time_A100 / time_NPU:
-    the request asks for 0.9 or more)."""
+    the request asks for 0.9 or more). The request's shapes are the case list's model sizes."""
+    from ..selfcheck import real_shapes
     t = table()
     comp = t["competitor"]
     per_elem = sum(_plan.DTYPE_BYTES[d] for d in dtypes)
     rows = []
-    for shape in request_shapes():
+    for shape in map(tuple, real_shapes()):
         n = math.prod(shape)
         tiles = _plan.choose_tiles(_plan.collapse(shape, [_plan.compact_strides(shape)]),
                                    tile_elems)
@@ -158,8 +153,8 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
         if vector_cycles is not None:
             rounds = -(-tiles.n_tiles // vector_cores)
             secs = rounds * max(vector_cycles, hbm["cycles"]) / t["platform"][target]["clock_hz"]
-        row = {"shape": shape, "bytes": n * per_elem, "n_tiles": tiles.n_tiles,
-               "bandwidth": hbm["bytes_per_s"], "npu_us": None if secs is None else secs * 1e6}
+        row = {"shape": shape, "bytes": n * per_elem,
+               "npu_us": None if secs is None else secs * 1e6}
         for name in ("A100 40GB", "A100 80GB"):
             ta = n * per_elem / (comp[name] * comp["efficiency"])
             row[name + " us"] = ta * 1e6

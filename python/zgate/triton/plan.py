@@ -9,7 +9,7 @@ into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L r
 columns, Z's row stride P.
 
 choose_tiles() picks the tile from the columns, the rows and a tile size in elements that
-depends only on the target and the dtypes (tile_elems): no search, no autotuning.
+depends only on the target and the dtypes (npu_tile, GPU_TILE): no search, no autotuning.
 kernel_arguments() turns a plan into the kernel's arguments by name.
 """
 import functools
@@ -115,10 +115,6 @@ def npu_tile(op: str, dtypes: Sequence[str]) -> int:
     if op == "fwd" and all(DTYPE_BYTES[d] == 2 for d in dtypes):
         return NPU_TILE_FWD_16BIT
     return NPU_TILE
-
-
-def tile_elems(device_type: str, op: str, dtypes: Sequence[str]) -> int:
-    return npu_tile(op, dtypes) if device_type == "npu" else GPU_TILE
 
 
 @functools.lru_cache(maxsize=512)
