@@ -12,18 +12,6 @@
 #   bench     bench/gpu_bench.py: zgate against copy bandwidth, PyTorch eager, torch.compile
 #             and upstream's Triton kernel where third_party_ref/mamba3 (or ZGATE_ORIG_MAMBA3)
 #             exists; JSON and PNG chart in $OUT
-# The acceptance run (python -m zgate.acceptance --device cuda), not in the default list; about
-# 8 minutes, in two calls if need be ("build upstream zgate", then "triton triton-up timers"):
-#   upstream  competitor 1: upstream's dzdo kernel, backward cases of the smallest real shape
-#             (its autotuning costs 6-35 s per headdim)
-#   zgate     competitor 2: zgate's CUDA kernels, the --quick list
-#   triton    candidate: zgate.triton (the NPU kernel's source) against zgate CUDA, whose
-#             outputs are the golden run
-#   triton-up the candidate against upstream (reports in English and Chinese)
-#   timers    the profiler's kernel time next to triton.testing.do_bench's on the real
-#             bfloat16 shapes (scripts/gpu_acceptance_timers.py)
-# Its reports (.md), results and baselines (.json) and goldens (.npz) stay in $BUILD/results, so
-# that a later call's stages find the baselines, and are copied to $OUT (not the goldens).
 # e.g. STAGES="build cuda bench" scripts/gpu-validate.sh. RUN_BUDGET (seconds for the whole
 # call, e.g. a remote command's limit) makes the benchmark start no row late enough to overrun
 # it. Logs in $OUT (build/gpu-out elsewhere), one per stage; the tails and the stage table last.
@@ -32,17 +20,13 @@ START=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 BUILD=build/gpu-validate
-RES=$PWD/$BUILD/results; mkdir -p "$RES"
 STAGES=${STAGES:-"build cpu cuda sanitize check python hostcost overhead dist bench"}
 ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
-export BUILD CFG OUT ORIG RES NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export BUILD CFG OUT ORIG NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
-acc="python3 -m zgate.acceptance --device cuda"
-small="--quick --op bwd --filter 2x2048x24x64"
-up="--baseline \$RES/upstream.json --golden \$RES/zgate-cuda.npz"
 
 stage build 170 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1
   cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
@@ -60,19 +44,10 @@ stage dist 45 'torchrun --standalone --nproc_per_node=$(nvidia-smi -L | wc -l) t
 BENCH_S=$(( ${RUN_BUDGET:-100000} - ($(date +%s) - START) - 60 )); [ $BENCH_S -gt 360 ] && BENCH_S=360; [ $BENCH_S -lt 30 ] && BENCH_S=30
 export BENCH_S
 stage bench $((BENCH_S + 50)) 'python3 bench/gpu_bench.py --deadline $BENCH_S --json $OUT/gpu-bench.json --png $OUT/gpu-bench.png $([ -d "$ORIG" ] && echo --orig $ORIG)'
-stage upstream 240 "$acc --impl upstream --upstream-path $ORIG $small --save-baseline \$RES/upstream.json --save-golden \$RES/upstream.npz --output \$RES/upstream.md"
-stage zgate 150 "$acc --impl zgate --quick --save-baseline \$RES/zgate-cuda.json --save-golden \$RES/zgate-cuda.npz --output \$RES/zgate-cuda.md"
-stage triton 150 "$acc --impl triton --quick --baseline \$RES/zgate-cuda.json --golden \$RES/zgate-cuda.npz --output \$RES/triton-vs-zgate.md --json \$RES/triton-vs-zgate.json"
-stage triton-up 90 "$acc --impl triton $small $up --output \$RES/triton-vs-upstream.md --json \$RES/triton-vs-upstream.json; r=\$?; $acc --impl triton $small $up --lang zh-CN --output \$RES/triton-vs-upstream.zh-CN.md >/dev/null; exit \$r"
-stage timers 300 "python3 scripts/gpu_acceptance_timers.py --upstream-path $ORIG --json \$RES/timers.json"
-cp "$RES"/*.md "$RES"/*.json "$OUT"/ 2>/dev/null
 
-for f in cpu cuda sanitize check python hostcost overhead dist bench upstream zgate triton triton-up timers; do
+for f in cpu cuda sanitize check python hostcost overhead dist bench; do
   [ -f "$OUT/$f.log" ] || continue
-  n=12; [ "$f" = overhead ] && n=60; [ "$f" = hostcost ] && n=14; [ "$f" = bench ] && n=40; [ "$f" = timers ] && n=40
+  n=12; [ "$f" = overhead ] && n=60; [ "$f" = hostcost ] && n=14; [ "$f" = bench ] && n=40
   echo "--- $f (tail)"; grep -v "^$" "$OUT/$f.log" | tail -n $n | cut -c1-220
-done
-for f in triton-vs-zgate triton-vs-upstream; do
-  [ -f "$RES/$f.md" ] && { echo "--- $f.md"; grep -E "^(- \*\*|Time ratio)" "$RES/$f.md" | cut -c1-300; }
 done
 stage_summary
