@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -45,9 +46,8 @@ def empty(shape, dtype, slack):
 def make_inputs(shape, dtype, layout, slack):
     B, L, H, D = shape
     g = torch.Generator(device="cuda").manual_seed(1234)
-    dout, o = empty(shape, dtype, slack), empty(shape, dtype, slack)
-    dout.copy_(torch.randn(shape, device="cuda", generator=g))
-    o.copy_(torch.randn(shape, device="cuda", generator=g))
+    dout, o = (empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g))
+               for _ in range(2))
     if layout == "dense":
         z = empty(shape, dtype, slack)
         z.copy_(torch.randn(shape, device="cuda", generator=g) * 4)
@@ -193,11 +193,9 @@ def main():
         rows.append(row)
         print(line, flush=True)
         del dout, z, o
-    for n in names:
-        fr = [r[n + "_frac"] for r in rows if n + "_frac" in r]
-        if fr:
-            print("%-8s geomean %.1f%% of copy over %d rows" % (
-                n, 100 * math.exp(sum(map(math.log, fr)) / len(fr)), len(fr)))
+    for n in names if rows else []:
+        print("%-8s geomean %.1f%% of copy over %d rows" % (
+            n, 100 * statistics.geometric_mean(r[n + "_frac"] for r in rows), len(rows)))
     print("'!': outputs off the float64 formula by more than 1e-2 of their largest value; "
           "'*': some batches' queueing outlasted the GPU-side sleep (host time included)")
     if a.json:

@@ -27,12 +27,14 @@ namespace {
 
 const char *const kNames[2][5] = {{"o", "z", "out"}, {"dout", "z", "o", "dz", "dout_scaled"}};
 
-zgate_options options(int32_t num_threads, void *stream) {
+// zgate_bwd on t = (dout, z, o, dz, dout_scaled) or zgate_fwd on t = (o, z, out).
+int call(bool is_bwd, DLTensor *t, int32_t num_threads, void *stream) {
   zgate_options o;
   zgate_options_init(&o);
   o.num_threads = num_threads;
   o.cuda_stream = stream;
-  return o;
+  return is_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &o)
+                : zgate_fwd(&t[0], &t[1], &t[2], &o);
 }
 
 // A DLTensor over an XLA buffer (strides NULL: compact row-major); its shape points into the
@@ -74,9 +76,7 @@ ffi::Error gate(DLDevice dev, void *stream, int32_t num_threads, ffi::RemainingA
     ffi::Error e = view(kNames[is_bwd][n_in + i], **b, dev, &t[n_in + i]);
     if (e.failure()) return e;
   }
-  zgate_options opts = options(num_threads, stream);
-  int st = is_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &opts)
-                  : zgate_fwd(&t[0], &t[1], &t[2], &opts);
+  int st = call(is_bwd, t, num_threads, stream);
   if (st == ZGATE_OK) return ffi::Error::Success();
   return ffi::Error::InvalidArgument(std::string("zgate: ") + zgate_status_str(st) + " (" +
                                      std::to_string(st) + "): " + zgate_last_error());
@@ -151,7 +151,5 @@ ZGATE_JAX_EXPORT int zgate_jax_validate(int is_bwd, const int32_t *ndim,
   for (int i = 0; i < (is_bwd ? 5 : 3); i++)
     t[i] = DLTensor{nullptr, DLDevice{kDLCPU, 0}, ndim[i], DLDataType{code[i], bits[i], 1},
                     shape[i], nullptr, 0};
-  zgate_options opts = options(num_threads, nullptr);
-  return is_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &opts)
-                : zgate_fwd(&t[0], &t[1], &t[2], &opts);
+  return call(is_bwd, t, num_threads, nullptr);
 }

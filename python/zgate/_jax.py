@@ -14,8 +14,7 @@ import numpy as np
 
 from ._errors import Error, Status
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_LIB = os.path.join(_HERE, "libzgate_jax.so")
+_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzgate_jax.so")
 _lib = None   # the handlers' library, once loaded and its targets registered
 
 
@@ -38,16 +37,11 @@ def _load():
                     "built where jax imports: pip install --no-build-isolation ." % _LIB)
     lib = ctypes.CDLL(_LIB)
     lib.zgate_last_error.restype = ctypes.c_char_p
-    for p in ["cpu"] + (["CUDA"] if _cuda(lib) else []):
+    for p in ["cpu"] + (["CUDA"] if hasattr(lib, "zgate_jax_cuda") else []):
         jax.ffi.register_ffi_target("zgate", _capsule(getattr(lib, "zgate_jax_" + p.lower())),
                                     platform=p)
     _lib = lib
     return lib
-
-
-def _cuda(lib):
-    """Whether the CUDA handler is built (libzgate built with CUDA)."""
-    return hasattr(lib, "zgate_jax_cuda")
 
 
 def _dlpack_dtype(dtype):
@@ -86,7 +80,7 @@ def _threads(n):
 def _inputs(arrays, lib):
     """JAX arrays (and tracers) as they are; anything else through NumPy. Concrete arrays on a
     platform the handlers do not serve are refused here, before XLA lowers the call."""
-    cuda, out = _cuda(lib), []
+    cuda, out = hasattr(lib, "zgate_jax_cuda"), []   # the CUDA handler is built
     for a in arrays:
         if not isinstance(a, jax.Array):
             a = np.asarray(a)

@@ -196,16 +196,15 @@ for _key in ("CPU", "CUDA"):
 
 def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     z, o = z.detach(), o.detach()
+    if not inplace and dz is None and dout_scaled is None:
+        return torch.ops.zgate.bwd(dout.detach(), z, o)
+    dz = _new_like(dout) if dz is None else dz
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
             raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
                         "dout_scaled as well")
-        dz = _new_like(dout) if dz is None else dz
         torch.ops.zgate.bwd_inplace(dout, z, o, dz)
         return dz, dout
-    if dz is None and dout_scaled is None:
-        return torch.ops.zgate.bwd(dout.detach(), z, o)
-    dz = _new_like(dout) if dz is None else dz
     dout_scaled = _new_like(dout) if dout_scaled is None else dout_scaled
     torch.ops.zgate.bwd_out(dout.detach(), z, o, dz, dout_scaled)
     return dz, dout_scaled

@@ -1,14 +1,12 @@
 """zgate's gate as a Triton kernel: Ascend NPUs through triton-ascend, NVIDIA GPUs through
 Triton, CPU tensors under TRITON_INTERPRET=1. bwd and fwd take the arguments of zgate.bwd /
 zgate.fwd and give their results and errors (zgate.Error), on PyTorch tensors of one device
-(docs/api.md). The kernel (kernel.py) takes every layout whose innermost dim is
-contiguous in place, Z as a view into the input projection included; a tensor whose
-headdim stride is not 1 is copied once (inputs) or computed into a compact buffer and
-copied back (outputs). The configuration is a function of the shape and dtypes (plan.py):
-nothing is tuned, so the first call costs one compile per dtype combination and tile shape.
-Outputs whose memory overlaps another tensor are refused, except dout_scaled given as dout
-itself (inplace).
-
+(docs/api.md). The kernel (kernel.py) takes every layout whose innermost dim is contiguous in
+place, Z as a view into the input projection included; a tensor whose headdim stride is not 1
+is copied once (inputs) or computed into a compact buffer and copied back (outputs). The
+configuration is a function of the shape and dtypes (plan.py): nothing is tuned, so the first
+call costs one compile per dtype combination and tile shape. Outputs whose memory overlaps
+another tensor are refused, except dout_scaled given as dout itself (inplace).
 zgate.triton.ascend compiles the kernel for an Ascend 910B target without an NPU.
 """
 import contextlib
@@ -19,14 +17,6 @@ from .._errors import Error, Status
 from . import plan as _plan
 
 __all__ = ["bwd", "fwd", "available"]
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise Error(None, "zgate.triton works on PyTorch tensors: install torch") from e
-    return torch
 
 
 def _dtype(t):
@@ -62,7 +52,7 @@ def available(device_type):
 def _check(named, n_in):
     """zgate's contract on torch tensors: `named` is [(name, tensor)], the `n_in` inputs
     first, then the outputs (None where not given). Raises zgate.Error, writes nothing."""
-    torch = _torch()
+    import torch
     named = [(n, t) for n, t in named if t is not None]
     for n, t in named:
         if not isinstance(t, torch.Tensor):
@@ -127,7 +117,7 @@ def _injective(t):
 def _launch(op, tensors, outputs):
     """Run `op` on torch tensors in the op's order; `outputs` are their indices. A tensor
     whose headdim is not contiguous goes through one compact copy."""
-    torch = _torch()
+    import torch
     if tensors[0].numel() == 0:
         return
     dev = tensors[0].device
@@ -156,11 +146,9 @@ def _launch(op, tensors, outputs):
 def _grid(dev, n_tiles):
     """NPU: one program per vector core (asked from the runtime), each looping over tiles.
     GPU: one program per tile. Interpreter: a few programs, so the tile loop runs."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return max(1, min(n_tiles, 3))
-    if dev.type == "npu":
-        return max(1, min(n_tiles, _npu_cores(dev.index or 0)))
-    return max(1, min(n_tiles, _plan.INT32_MAX))
+    cap = (3 if os.environ.get("TRITON_INTERPRET") == "1" else
+           _npu_cores(dev.index or 0) if dev.type == "npu" else _plan.INT32_MAX)
+    return max(1, min(n_tiles, cap))
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,7 +159,7 @@ def _npu_cores(index):
 
 def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False):
     """(dz, dout_scaled); see zgate.bwd. New outputs are compact, of dout's dtype."""
-    torch = _torch()
+    import torch
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
             raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
@@ -186,7 +174,7 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False):
 
 def fwd(o, z, *, out=None):
     """out = o * z * sigmoid(z); see zgate.fwd. A new out is compact, of o's dtype."""
-    torch = _torch()
+    import torch
     _check([("o", o), ("z", z), ("out", out)], 2)
     if out is None:
         out = torch.empty_like(o, memory_format=torch.contiguous_format)

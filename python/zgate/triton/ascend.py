@@ -262,21 +262,16 @@ def _print(r, predict):
 
 
 def _combos(ops, dtype_sets):
-    for op in ops:
+    """(op, dtypes): one dtype for every tensor, or with 'all' every per-tensor combination."""
+    for op, ds in itertools.product(ops, dtype_sets):
         n = 5 if op == "bwd" else 3
-        for ds in dtype_sets:
-            if ds == "all":
-                for combo in itertools.product(("float32", "float16", "bfloat16"), repeat=n):
-                    yield op, combo
-            else:
-                yield op, (SHORT[ds],) * n
+        yield from ((op, c) for c in (itertools.product(_plan.DTYPE_BYTES, repeat=n)
+                                      if ds == "all" else [(SHORT[ds],) * n]))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m zgate.triton.ascend",
-                                 description="Compile zgate's Triton kernel for Ascend 910B "
-                                 "down to the final HIVM IR and print its UB plan and its "
-                                 "vector-cost model (costmodel.py).")
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--ops", default="bwd,fwd")
     ap.add_argument("--dtypes", default="bf16,f16,f32",
