@@ -70,7 +70,6 @@ class MambaPatch:
 
     def __exit__(self, *exc):
         self.undo()
-        return False
 
 
 class _Installation:
@@ -234,9 +233,7 @@ def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replace
         from .torch import compute_dzdo as replacement
     if isinstance(module, str):
         module = import_mamba_module(module, skip_package_init)
-    with _lock:
-        known = module.__name__ in _installed
-    if not known and not callable(getattr(module, NAME, None)):
+    if module.__name__ not in _installed and not callable(getattr(module, NAME, None)):
         raise ImportError("zgate: %s has no function %s: Mamba-3's SISO backward needs %s"
                           % (module.__name__, NAME, _MIN_VERSION), name=module.__name__)
     # Outside the lock: an imported module may call compute_dzdo from another thread.

@@ -79,11 +79,10 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
     report compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of
     width REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given."""
     dtypes = [SHORT[d] for d in dtypes]
-    b, l, h = REPORT_BLH
-    shape = (b, l, h, headdim)
+    shape = REPORT_BLH + (headdim,)
     strides = [_plan.compact_strides(shape)] * len(dtypes)
     if layout == "zview":
-        strides[1] = (l * REPORT_PROJ, REPORT_PROJ, headdim, 1)   # z: second in both ops
+        strides[1] = (shape[1] * REPORT_PROJ, REPORT_PROJ, headdim, 1)   # z: second in both ops
     elif layout != "dense":
         raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
     lay = _plan.collapse(shape, strides)
