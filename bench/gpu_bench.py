@@ -1,30 +1,20 @@
 #!/usr/bin/env python3
 """GPU benchmark of zgate.bwd against the device's copy bandwidth, PyTorch eager, torch.compile
-of the same formula, and upstream's Triton kernel (mamba3_siso_bwd_kernel_dzdo) with --orig.
+of the same formula, zgate.triton, and upstream's Triton kernel (mamba3_siso_bwd_kernel_dzdo).
 
-  python3 bench/gpu_bench.py [--orig PATH] [--json out.json] [--png out.png] [--quick]
+  python3 bench/gpu_bench.py [--orig PATH] [--impls ...] [--dtypes ...] [--quick]
+                             [--deadline S] [--json out.json] [--png out.png]
 
-Shapes: the REAL set of the shared case list (check/cases.def), Mamba-3 model sizes.
-
-zgate is called through the installed package (zgate.bwd with given outputs; zgate.triton.bwd
-for the Triton kernel). Per shape, dtype and Z layout (dense,
-or a view into the input projection: strides (L*P, P, D, 1), P = 2*H*D + 480): the per-call
-time of back-to-back calls (CUDA events around batches of about 5 ms queued behind a GPU-side
-sleep, so no host time is counted; the median of 9 batches), GB/s counting 5 x elements x
-element size, and that as a fraction of a device-to-device copy of 1 GiB timed the same way
-in this run, and of a copy of the row's own bytes ("frac_same" in the JSON). Every implementation's outputs are checked against
-the float64 formula first (max |err| / max |ref|); a row above 1e-2 is marked.
-
-Upstream's kernel is imported from PATH (a copy of mamba_ssm/ops/triton/mamba3 or a folder
-holding one, never committed here; zgate._mamba.import_upstream_dzdo). It is
-called with preallocated outputs, as compute_dzdo does; for headdims that are not a power
-of two it reads and writes past each row, so its tensors get slack.
+Rows, timing and the accuracy mark: docs/performance.md, "Running the benchmarks". Upstream's
+kernel comes from PATH (zgate._mamba.import_upstream_dzdo), called with preallocated outputs
+as compute_dzdo does; for headdims that are not a power of two it reads and writes past each
+row, so every tensor gets slack.
 """
 import argparse
 import json
 import math
 import os
-import re
+import statistics
 import sys
 import time
 
@@ -33,12 +23,10 @@ import torch._dynamo
 import triton
 
 import zgate
+import zgate.triton
 from zgate._mamba import import_upstream_dzdo
+from zgate.selfcheck import real_shapes
 
-# The shared case list's model-size shapes (check/cases.def, set REAL).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "check", "cases.def")) as _f:
-    SHAPES = [tuple(int(v) for v in m) for m in re.findall(
-        r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), REAL\)", _f.read(), re.M)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("zgate", "triton", "eager", "compile", "orig")
 
@@ -58,9 +46,8 @@ def empty(shape, dtype, slack):
 def make_inputs(shape, dtype, layout, slack):
     B, L, H, D = shape
     g = torch.Generator(device="cuda").manual_seed(1234)
-    dout, o = empty(shape, dtype, slack), empty(shape, dtype, slack)
-    dout.copy_(torch.randn(shape, device="cuda", generator=g))
-    o.copy_(torch.randn(shape, device="cuda", generator=g))
+    dout, o = (empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g))
+               for _ in range(2))
     if layout == "dense":
         z = empty(shape, dtype, slack)
         z.copy_(torch.randn(shape, device="cuda", generator=g) * 4)
@@ -72,40 +59,23 @@ def make_inputs(shape, dtype, layout, slack):
     return dout, z, o
 
 
-def implementations(names, orig, dout, z, o, slack):
-    """name -> (call, (dz, dos)): each call writes its own outputs."""
-    fns = {}
-    for name in names:
-        dz, dos = empty(dout.shape, dout.dtype, slack), empty(dout.shape, dout.dtype, slack)
-        if name == "zgate":
-            fns[name] = (lambda dz=dz, dos=dos: zgate.bwd(dout, z, o, dz=dz, dout_scaled=dos), (dz, dos))
-        elif name == "triton":   # zgate.triton: the NPU kernel's source on this GPU
-            import zgate.triton
-            fns[name] = (lambda dz=dz, dos=dos: zgate.triton.bwd(dout, z, o, dz=dz, dout_scaled=dos),
-                         (dz, dos))
-        elif name in ("eager", "compile"):
-            f = formula if name == "eager" else torch.compile(formula, dynamic=False)
-            res = [None, None]
+def implementation(name, orig, dout, z, o, slack):
+    """(call, outputs): the call writes the outputs (a list it fills, or given tensors)."""
+    outs = [empty(dout.shape, dout.dtype, slack) for _ in range(2)]
+    if name in ("zgate", "triton"):   # triton: zgate.triton, the NPU kernel's source
+        mod = zgate if name == "zgate" else zgate.triton
+        return lambda: mod.bwd(dout, z, o, dz=outs[0], dout_scaled=outs[1]), outs
+    if name in ("eager", "compile"):
+        f = formula if name == "eager" else torch.compile(formula, dynamic=False)
 
-            def call(f=f, res=res):
-                res[0], res[1] = f(dout, z, o)
-            call()
-            fns[name] = (call, res)
-        elif name == "orig" and orig is not None:
-            B, L, H, D = dout.shape
-            kern, hv = orig.mamba3_siso_bwd_kernel_dzdo, triton.next_power_of_2(D)
-
-            def call(kern=kern, dz=dz, dos=dos, hv=hv):
-                kern[lambda m: (triton.cdiv(L, m["CHUNK_SIZE"]), H, B)](
-                    dout, z, o, dz, dos, *dout.stride(), *z.stride(), *o.stride(), *dz.stride(),
-                    *dos.stride(), L, D, HEADDIM_V=hv)
-            fns[name] = (call, (dz, dos))
-    return fns
-
-
-def rel_err(outs, refs):
-    return max(((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
-               for g, r in zip(outs, refs))
+        def call():
+            outs[:] = f(dout, z, o)
+        return call, outs
+    B, L, H, D = dout.shape
+    kern, hv = orig.mamba3_siso_bwd_kernel_dzdo, triton.next_power_of_2(D)
+    return lambda: kern[lambda m: (triton.cdiv(L, m["CHUNK_SIZE"]), H, B)](
+        dout, z, o, *outs, *dout.stride(), *z.stride(), *o.stride(), *outs[0].stride(),
+        *outs[1].stride(), L, D, HEADDIM_V=hv), outs
 
 
 def b2b_ms(fn, batches=9):
@@ -142,10 +112,6 @@ def copy_ms(nbytes):
     return b2b_ms(lambda: dst.copy_(src))[0]
 
 
-def copy_gbps():
-    return (1 << 31) / (copy_ms(1 << 31) * 1e-3) / 1e9   # 1 GiB read, 1 GiB written
-
-
 def chart(rows, names, copy, path):
     try:
         import matplotlib
@@ -177,7 +143,6 @@ def main():
     ap.add_argument("--orig", default=os.environ.get("ZGATE_ORIG_MAMBA3"),
                     help="folder of upstream's Mamba-3 Triton kernels")
     ap.add_argument("--dtypes", default="bf16,fp16,fp32")
-    ap.add_argument("--layouts", default="dense,proj")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--quick", action="store_true", help="the first three shapes only")
     ap.add_argument("--deadline", type=float, default=0, help="start no row after this many s")
@@ -192,14 +157,16 @@ def main():
             setattr(torch._dynamo.config, knob, 1024)
     orig = import_upstream_dzdo(a.orig) if a.orig else None
     names = [n for n in a.impls.split(",") if n != "orig" or orig is not None]
-    copy = copy_gbps()
+    if set(names) - set(IMPLS):
+        ap.error("--impls takes some of %s" % ",".join(IMPLS))
+    copy = (1 << 31) / (copy_ms(1 << 31) * 1e-3) / 1e9   # 1 GiB read, 1 GiB written
     print("%s, zgate %s, torch %s, triton %s; device copy %.0f GB/s" % (
         torch.cuda.get_device_name(), zgate.__version__, torch.__version__, triton.__version__, copy))
     print("%-22s %-5s %-5s" % ("shape", "dtype", "Z") + "".join(" %15s" % n for n in names)
           + "   (us, % of copy)")
     rows = []
-    combos = [(s, d, lay) for s in (SHAPES[:3] if a.quick else SHAPES)
-              for d in a.dtypes.split(",") for lay in a.layouts.split(",")]
+    combos = [(s, d, lay) for s in real_shapes()[:3 if a.quick else None]
+              for d in a.dtypes.split(",") for lay in ("dense", "proj")]
     for shape, dn, layout in combos:
         if a.deadline and time.time() - t0 > a.deadline:
             print("deadline reached: %d rows not run" % (len(combos) - len(rows)))
@@ -211,10 +178,12 @@ def main():
         row = {"shape": shape, "dtype": dn, "layout": layout, "bytes": nbytes,
                "copy_same_us": copy_ms(nbytes) * 1e3}
         line = "%-22s %-5s %-5s" % (shape, dn, layout)
-        for n, (fn, outs) in implementations(names, orig, dout, z, o, slack).items():
+        for n in names:
+            fn, outs = implementation(n, orig, dout, z, o, slack)
             fn()
             torch.cuda.synchronize()
-            row[n + "_err"] = err = rel_err(outs, refs)
+            row[n + "_err"] = err = max(((g.double() - r).abs().max() / r.abs().max().clamp_min(
+                1e-30)).item() for g, r in zip(outs, refs))
             t, row[n + "_starved"] = b2b_ms(fn)
             row[n + "_us"] = us = t * 1e3
             row[n + "_frac"] = frac = nbytes / (us * 1e-6) / 1e9 / copy
@@ -224,11 +193,9 @@ def main():
         rows.append(row)
         print(line, flush=True)
         del dout, z, o
-    for n in names:
-        fr = [r[n + "_frac"] for r in rows if n + "_frac" in r]
-        if fr:
-            print("%-8s geomean %.1f%% of copy over %d rows" % (
-                n, 100 * math.exp(sum(map(math.log, fr)) / len(fr)), len(fr)))
+    for n in names if rows else []:
+        print("%-8s geomean %.1f%% of copy over %d rows" % (
+            n, 100 * statistics.geometric_mean(r[n + "_frac"] for r in rows), len(rows)))
     print("'!': outputs off the float64 formula by more than 1e-2 of their largest value; "
           "'*': some batches' queueing outlasted the GPU-side sleep (host time included)")
     if a.json:

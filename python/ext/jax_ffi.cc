@@ -1,5 +1,7 @@
 // zgate/libzgate_jax: XLA FFI handlers through which JAX runs zgate_bwd / zgate_fwd inside its
 // programs (python/zgate/_jax.py registers them with jax.ffi and calls them by ffi_call).
+// One handler per platform serves both ops: three buffers in and two out is the backward
+// (dout, z, o -> dz, dout_scaled), two in and one out the forward (o, z -> out).
 // XLA allocates every buffer, compact row-major; on CUDA the kernel is queued on XLA's stream
 // of the call's device. A refused call becomes an ffi::Error carrying zgate_last_error().
 // Also exported: zgate_jax_validate, the library's own check of a call's shapes and dtypes,
@@ -23,69 +25,61 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// DLPack's dtype of an XLA element type; false for those zgate does not take.
-bool dl_dtype(ffi::DataType t, DLDataType *out) {
-  switch (t) {
-    case ffi::DataType::F32: *out = {kDLFloat, 32, 1}; return true;
-    case ffi::DataType::F16: *out = {kDLFloat, 16, 1}; return true;
-    case ffi::DataType::BF16: *out = {kDLBfloat, 16, 1}; return true;
-    default: return false;
-  }
+const char *const kNames[2][5] = {{"o", "z", "out"}, {"dout", "z", "o", "dz", "dout_scaled"}};
+
+// zgate_bwd on t = (dout, z, o, dz, dout_scaled) or zgate_fwd on t = (o, z, out).
+int call(bool is_bwd, DLTensor *t, int32_t num_threads, void *stream) {
+  zgate_options o;
+  zgate_options_init(&o);
+  o.num_threads = num_threads;
+  o.cuda_stream = stream;
+  return is_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &o)
+                : zgate_fwd(&t[0], &t[1], &t[2], &o);
 }
 
 // A DLTensor over an XLA buffer (strides NULL: compact row-major); its shape points into the
 // buffer's dimensions, which outlive the call.
 ffi::Error view(const char *name, const ffi::AnyBuffer &b, DLDevice dev, DLTensor *t) {
   DLDataType dt;
-  if (!dl_dtype(b.element_type(), &dt))
-    return ffi::Error::InvalidArgument(std::string("zgate: ") + name + ": XLA element type " +
-                                       std::to_string(int(b.element_type())) +
-                                       " is not float32, float16 or bfloat16");
+  switch (b.element_type()) {
+    case ffi::DataType::F32: dt = {kDLFloat, 32, 1}; break;
+    case ffi::DataType::F16: dt = {kDLFloat, 16, 1}; break;
+    case ffi::DataType::BF16: dt = {kDLBfloat, 16, 1}; break;
+    default:
+      return ffi::Error::InvalidArgument(std::string("zgate: ") + name + ": XLA element type " +
+                                         std::to_string(int(b.element_type())) +
+                                         " is not float32, float16 or bfloat16");
+  }
   auto dims = b.dimensions();
   *t = DLTensor{b.untyped_data(), dev, int32_t(dims.size()), dt,
                 const_cast<int64_t *>(dims.begin()), nullptr, 0};
   return ffi::Error::Success();
 }
 
-ffi::Error status_error(int st) {
+ffi::Error gate(DLDevice dev, void *stream, int32_t num_threads, ffi::RemainingArgs args,
+                ffi::RemainingRets rets) {
+  const size_t n_in = args.size();
+  const bool is_bwd = n_in == 3;
+  if (rets.size() != (is_bwd ? 2u : 1u) || (!is_bwd && n_in != 2))
+    return ffi::Error::InvalidArgument("zgate: a call takes (dout, z, o) -> (dz, dout_scaled) "
+                                       "or (o, z) -> out");
+  DLTensor t[5];
+  for (size_t i = 0; i < n_in; i++) {
+    ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
+    if (b.has_error()) return b.error();
+    ffi::Error e = view(kNames[is_bwd][i], *b, dev, &t[i]);
+    if (e.failure()) return e;
+  }
+  for (size_t i = 0; i < rets.size(); i++) {
+    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(i);
+    if (b.has_error()) return b.error();
+    ffi::Error e = view(kNames[is_bwd][n_in + i], **b, dev, &t[n_in + i]);
+    if (e.failure()) return e;
+  }
+  int st = call(is_bwd, t, num_threads, stream);
   if (st == ZGATE_OK) return ffi::Error::Success();
   return ffi::Error::InvalidArgument(std::string("zgate: ") + zgate_status_str(st) + " (" +
                                      std::to_string(st) + "): " + zgate_last_error());
-}
-
-zgate_options options(int32_t num_threads, void *stream) {
-  zgate_options o;
-  zgate_options_init(&o);
-  o.num_threads = num_threads;
-  o.cuda_stream = stream;
-  return o;
-}
-
-ffi::Error bwd(DLDevice dev, void *stream, int32_t num_threads, ffi::AnyBuffer dout,
-               ffi::AnyBuffer z, ffi::AnyBuffer o, ffi::Result<ffi::AnyBuffer> dz,
-               ffi::Result<ffi::AnyBuffer> dout_scaled) {
-  DLTensor t[5];
-  const char *names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
-  const ffi::AnyBuffer *b[5] = {&dout, &z, &o, &*dz, &*dout_scaled};
-  for (int i = 0; i < 5; i++) {
-    ffi::Error e = view(names[i], *b[i], dev, &t[i]);
-    if (e.failure()) return e;
-  }
-  zgate_options opts = options(num_threads, stream);
-  return status_error(zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &opts));
-}
-
-ffi::Error fwd(DLDevice dev, void *stream, int32_t num_threads, ffi::AnyBuffer o,
-               ffi::AnyBuffer z, ffi::Result<ffi::AnyBuffer> out) {
-  DLTensor t[3];
-  const char *names[3] = {"o", "z", "out"};
-  const ffi::AnyBuffer *b[3] = {&o, &z, &*out};
-  for (int i = 0; i < 3; i++) {
-    ffi::Error e = view(names[i], *b[i], dev, &t[i]);
-    if (e.failure()) return e;
-  }
-  zgate_options opts = options(num_threads, stream);
-  return status_error(zgate_fwd(&t[0], &t[1], &t[2], &opts));
 }
 
 // XLA runs CPU programs with subnormals flushed (x86 MXCSR FTZ and DAZ, Arm FPCR FZ); zgate's
@@ -113,86 +107,38 @@ class KeepSubnormals {
 #endif
 };
 
-ffi::Error bwd_cpu(int32_t num_threads, ffi::AnyBuffer dout, ffi::AnyBuffer z, ffi::AnyBuffer o,
-                   ffi::Result<ffi::AnyBuffer> dz, ffi::Result<ffi::AnyBuffer> dout_scaled) {
+ffi::Error gate_cpu(int32_t num_threads, ffi::RemainingArgs args, ffi::RemainingRets rets) {
   KeepSubnormals ieee;
-  return bwd(DLDevice{kDLCPU, 0}, nullptr, num_threads, dout, z, o, dz, dout_scaled);
-}
-
-ffi::Error fwd_cpu(int32_t num_threads, ffi::AnyBuffer o, ffi::AnyBuffer z,
-                   ffi::Result<ffi::AnyBuffer> out) {
-  KeepSubnormals ieee;
-  return fwd(DLDevice{kDLCPU, 0}, nullptr, num_threads, o, z, out);
+  return gate(DLDevice{kDLCPU, 0}, nullptr, num_threads, args, rets);
 }
 
 #ifdef ZGATE_JAX_CUDA
-ffi::Error bwd_cuda(cudaStream_t stream, int32_t device, int32_t num_threads,
-                    ffi::AnyBuffer dout, ffi::AnyBuffer z, ffi::AnyBuffer o,
-                    ffi::Result<ffi::AnyBuffer> dz, ffi::Result<ffi::AnyBuffer> dout_scaled) {
-  return bwd(DLDevice{kDLCUDA, device}, stream, num_threads, dout, z, o, dz, dout_scaled);
-}
-
-ffi::Error fwd_cuda(cudaStream_t stream, int32_t device, int32_t num_threads, ffi::AnyBuffer o,
-                    ffi::AnyBuffer z, ffi::Result<ffi::AnyBuffer> out) {
-  return fwd(DLDevice{kDLCUDA, device}, stream, num_threads, o, z, out);
+ffi::Error gate_cuda(cudaStream_t stream, int32_t device, int32_t num_threads,
+                     ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  return gate(DLDevice{kDLCUDA, device}, stream, num_threads, args, rets);
 }
 #endif
 
 }  // namespace
 
-// The handlers' C symbols, which _jax.py wraps with jax.ffi.pycapsule.
-ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_bwd_cpu(XLA_FFI_CallFrame *);
-ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_fwd_cpu(XLA_FFI_CallFrame *);
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_bwd_cpu, bwd_cpu,
+// The handlers' C symbols, which _jax.py registers with jax.ffi.
+ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_cpu(XLA_FFI_CallFrame *);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cpu, gate_cpu,
                               ffi::Ffi::Bind()
                                   .Attr<int32_t>("num_threads")
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .RemainingArgs()
+                                  .RemainingRets());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_fwd_cpu, fwd_cpu,
-                              ffi::Ffi::Bind()
-                                  .Attr<int32_t>("num_threads")
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
-
-#ifdef ZGATE_JAX_CUDA
-ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_bwd_cuda(XLA_FFI_CallFrame *);
-ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_fwd_cuda(XLA_FFI_CallFrame *);
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_bwd_cuda, bwd_cuda,
+#ifdef ZGATE_JAX_CUDA   // its absence tells _jax.py that JAX arrays on a GPU are refused
+ZGATE_JAX_EXPORT XLA_FFI_Error *zgate_jax_cuda(XLA_FFI_CallFrame *);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cuda, gate_cuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Attr<int32_t>("num_threads")
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_fwd_cuda, fwd_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Attr<int32_t>("num_threads")
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .RemainingArgs()
+                                  .RemainingRets());
 #endif
-
-// 1 where the CUDA handlers are built (libzgate built with CUDA), else 0.
-ZGATE_JAX_EXPORT int zgate_jax_cuda_built(void) {
-#ifdef ZGATE_JAX_CUDA
-  return 1;
-#else
-  return 0;
-#endif
-}
 
 // The library's validation of a call with these shapes and DLPack dtypes (bwd: dout, z, o,
 // dz, dout_scaled; fwd: o, z, out), on data-less CPU tensors: ZGATE_OK or
@@ -205,7 +151,5 @@ ZGATE_JAX_EXPORT int zgate_jax_validate(int is_bwd, const int32_t *ndim,
   for (int i = 0; i < (is_bwd ? 5 : 3); i++)
     t[i] = DLTensor{nullptr, DLDevice{kDLCPU, 0}, ndim[i], DLDataType{code[i], bits[i], 1},
                     shape[i], nullptr, 0};
-  zgate_options opts = options(num_threads, nullptr);
-  return is_bwd ? zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], &opts)
-                : zgate_fwd(&t[0], &t[1], &t[2], &opts);
+  return call(is_bwd, t, num_threads, nullptr);
 }

@@ -1,8 +1,8 @@
 """JAX arrays in zgate.bwd / zgate.fwd: the library runs inside JAX's programs as an XLA FFI
-custom call (the handlers of zgate/libzgate_jax, python/ext/jax_ffi.cc), registered with
-jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and under jax.jit: XLA
-allocates the outputs and, on a GPU, the kernel runs on XLA's stream, ordered with the rest of
-the program. The call's shapes and dtypes are checked by the library itself when the call is
+custom call (zgate/libzgate_jax, python/ext/jax_ffi.cc: one handler per platform for both
+ops), registered with jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and
+under jax.jit: XLA allocates the outputs and, on a GPU, the kernel runs on XLA's stream,
+ordered with the rest of the program. The call's shapes and dtypes are checked by the library itself when the call is
 traced, so bad input raises zgate.Error at the call, with the library's message.
 """
 import ctypes
@@ -14,8 +14,7 @@ import numpy as np
 
 from ._errors import Error, Status
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_LIB = os.path.join(_HERE, "libzgate_jax.so")
+_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzgate_jax.so")
 _lib = None   # the handlers' library, once loaded and its targets registered
 
 
@@ -38,15 +37,9 @@ def _load():
                     "built where jax imports: pip install --no-build-isolation ." % _LIB)
     lib = ctypes.CDLL(_LIB)
     lib.zgate_last_error.restype = ctypes.c_char_p
-    lib.zgate_jax_validate.argtypes = [
-        ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
-        ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_uint8),
-        ctypes.POINTER(ctypes.c_uint8), ctypes.c_int32]
-    platforms = ["cpu"] + (["CUDA"] if lib.zgate_jax_cuda_built() else [])
-    for op in ("bwd", "fwd"):
-        for p in platforms:
-            fn = getattr(lib, "zgate_jax_%s_%s" % (op, p.lower()))
-            jax.ffi.register_ffi_target("zgate_" + op, _capsule(fn), platform=p)
+    for p in ["cpu"] + (["CUDA"] if hasattr(lib, "zgate_jax_cuda") else []):
+        jax.ffi.register_ffi_target("zgate", _capsule(getattr(lib, "zgate_jax_" + p.lower())),
+                                    platform=p)
     _lib = lib
     return lib
 
@@ -59,13 +52,14 @@ def _dlpack_dtype(dtype):
     return {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}.get(d.kind, 3), d.itemsize * 8
 
 
-def _validate(lib, is_bwd, arrays, num_threads):
-    """The library's check of the call (shapes, dtypes, num_threads), on data-less tensors."""
+def _validate(lib, arrays, num_threads):
+    """The library's check of the call (shapes, dtypes, num_threads), on data-less tensors:
+    bwd (dout, z, o, dz, dout_scaled) or fwd (o, z, out)."""
     n = len(arrays)
     shapes = [(ctypes.c_int64 * max(1, len(a.shape)))(*a.shape) for a in arrays]
     dtypes = [_dlpack_dtype(a.dtype) for a in arrays]
     st = lib.zgate_jax_validate(
-        int(is_bwd), (ctypes.c_int32 * n)(*(len(a.shape) for a in arrays)),
+        int(n == 5), (ctypes.c_int32 * n)(*(len(a.shape) for a in arrays)),
         (ctypes.POINTER(ctypes.c_int64) * n)(*shapes),
         (ctypes.c_uint8 * n)(*(c for c, _ in dtypes)),
         (ctypes.c_uint8 * n)(*(b for _, b in dtypes)), num_threads)
@@ -75,32 +69,42 @@ def _validate(lib, is_bwd, arrays, num_threads):
 
 def _threads(n):
     """num_threads as a C int, refused as zgate._binding refuses it."""
-    if isinstance(n, bool) or not hasattr(type(n), "__index__"):
-        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r (%s); it takes a whole number: "
-                    "0 (the OpenMP default) or a thread count" % (n, type(n).__name__))
-    n = operator.index(n)
-    if not -2**31 <= n < 2**31:
-        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r, beyond a C int; it takes 0 "
-                    "(the OpenMP default) or a thread count" % n)
-    return n
+    if (isinstance(n, bool) or not hasattr(type(n), "__index__")
+            or not -2**31 <= operator.index(n) < 2**31):
+        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r (%s); it takes a whole number "
+                    "that fits a C int: 0 (the OpenMP default) or a thread count"
+                    % (n, type(n).__name__))
+    return operator.index(n)
 
 
 def _inputs(arrays, lib):
     """JAX arrays (and tracers) as they are; anything else through NumPy. Concrete arrays on a
     platform the handlers do not serve are refused here, before XLA lowers the call."""
-    out = []
+    cuda, out = hasattr(lib, "zgate_jax_cuda"), []   # the CUDA handler is built
     for a in arrays:
         if not isinstance(a, jax.Array):
             a = np.asarray(a)
         elif not isinstance(a, jax.core.Tracer):
             for d in a.devices():
-                if d.platform != "cpu" and not (d.platform == "gpu" and lib.zgate_jax_cuda_built()):
+                if d.platform != "cpu" and not (d.platform == "gpu" and cuda):
                     raise Error(Status.ERR_NO_CUDA if d.platform == "gpu" else
                                 Status.ERR_DEVICE_UNSUPPORTED,
                                 "a JAX array on %s, but this zgate serves JAX on the CPU%s"
-                                % (d, "" if not lib.zgate_jax_cuda_built() else " and CUDA GPUs"))
+                                % (d, " and CUDA GPUs" if cuda else ""))
         out.append(a)
     return out
+
+
+def _call(inputs, n_out, num_threads):
+    """The custom call on (dout, z, o) (n_out 2) or (o, z) (n_out 1): new arrays of the first
+    input's shape and dtype."""
+    lib = _load()
+    num_threads = _threads(num_threads)
+    inputs = _inputs(inputs, lib)
+    new = jax.ShapeDtypeStruct(inputs[0].shape, inputs[0].dtype)
+    _validate(lib, inputs + [new] * n_out, num_threads)
+    fn = jax.ffi.ffi_call("zgate", (new,) * n_out, vmap_method="broadcast_all")
+    return fn(*inputs, num_threads=np.int32(num_threads))
 
 
 def _immutable(what):
@@ -108,30 +112,15 @@ def _immutable(what):
                  "use the arrays returned" % what)
 
 
-def _call(op, inputs, outputs, num_threads):
-    fn = jax.ffi.ffi_call("zgate_" + op, outputs, vmap_method="broadcast_all")
-    return fn(*inputs, num_threads=np.int32(num_threads))
-
-
 def bwd(dout, z, o, dz, dout_scaled, inplace, num_threads):
     """zgate.bwd for JAX: (dz, dout_scaled), new arrays of dout's shape and dtype."""
     if inplace or dz is not None or dout_scaled is not None:
         raise _immutable("dz=, dout_scaled=, inplace=")
-    lib = _load()
-    num_threads = _threads(num_threads)
-    dout, z, o = _inputs((dout, z, o), lib)
-    new = jax.ShapeDtypeStruct(dout.shape, dout.dtype)
-    _validate(lib, True, (dout, z, o, new, new), num_threads)
-    return tuple(_call("bwd", (dout, z, o), (new, new), num_threads))
+    return tuple(_call((dout, z, o), 2, num_threads))
 
 
 def fwd(o, z, out, num_threads):
     """zgate.fwd for JAX: out, a new array of o's shape and dtype."""
     if out is not None:
         raise _immutable("out=")
-    lib = _load()
-    num_threads = _threads(num_threads)
-    o, z = _inputs((o, z), lib)
-    new = jax.ShapeDtypeStruct(o.shape, o.dtype)
-    _validate(lib, False, (o, z, new), num_threads)
-    return _call("fwd", (o, z), (new,), num_threads)[0]
+    return _call((o, z), 1, num_threads)[0]

@@ -70,11 +70,6 @@ class MambaPatch:
 
     def __exit__(self, *exc):
         self.undo()
-        return False
-
-    def __repr__(self):
-        return "<MambaPatch %s, %d sites, %d calls>" % (
-            "active" if self.active else "undone", len(self.replaced), self.calls)
 
 
 class _Installation:
@@ -85,20 +80,16 @@ class _Installation:
         self.root = module.__name__.partition(".")[0]
         self.original = original
         self.stack = []
-        self.dispatch = self._make_dispatcher()
 
-    def _make_dispatcher(self):
         def compute_dzdo(*args, **kwargs):
+            """use_in_mamba_ssm's stand-in for upstream's compute_dzdo."""
             with _lock:
                 handle = self.stack[-1] if self.stack else None
                 if handle is not None:
                     handle.calls += 1
-            if handle is None:  # a reference kept past the last undo()
-                return self.original(*args, **kwargs)
-            return handle.function(*args, **kwargs)
-        compute_dzdo.__doc__ = "use_in_mamba_ssm's stand-in for upstream's compute_dzdo."
-        compute_dzdo.__module__, compute_dzdo.__qualname__ = __name__, NAME
-        return compute_dzdo
+            # the original for a reference kept past the last undo()
+            return (handle.function if handle else self.original)(*args, **kwargs)
+        self.dispatch = compute_dzdo
 
 
 def _under(modname, root):
@@ -231,17 +222,18 @@ def import_upstream_dzdo(path=None):
     return import_mamba_module(DEFINING_MODULE, skip_package_init=True)
 
 
-def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement):
-    """Put `replacement` wherever mamba_ssm looks compute_dzdo up.
+def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement=None):
+    """Put `replacement` (zgate.torch.compute_dzdo by default) wherever mamba_ssm looks
+    compute_dzdo up.
 
     module: the defining module, imported (a module object) or by name.
     Returns a MambaPatch (a context manager too). Raises ImportError, naming what to install,
     when mamba_ssm or the function is missing."""
+    if replacement is None:
+        from .torch import compute_dzdo as replacement
     if isinstance(module, str):
         module = import_mamba_module(module, skip_package_init)
-    with _lock:
-        known = module.__name__ in _installed
-    if not known and not callable(getattr(module, NAME, None)):
+    if module.__name__ not in _installed and not callable(getattr(module, NAME, None)):
         raise ImportError("zgate: %s has no function %s: Mamba-3's SISO backward needs %s"
                           % (module.__name__, NAME, _MIN_VERSION), name=module.__name__)
     # Outside the lock: an imported module may call compute_dzdo from another thread.

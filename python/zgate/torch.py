@@ -1,19 +1,12 @@
-"""PyTorch integration: custom ops, a differentiable silu_gate and a drop-in compute_dzdo.
+"""PyTorch integration: the custom ops torch.ops.zgate.{fwd, bwd, silu_gate_backward, fwd_out,
+bwd_out, bwd_inplace} (docs/api.md), a differentiable silu_gate, a drop-in compute_dzdo and
+use_in_mamba_ssm(), which puts it into an installed mamba_ssm's Mamba-3 backward.
 
-    torch.ops.zgate.fwd(o, z) -> out                 out = o * silu(z), dtype of o
-    torch.ops.zgate.bwd(dout, z, o) -> (dz, dout_scaled)   dtype of dout
-    torch.ops.zgate.fwd_out(o, z, out!)                    out written in place
-    torch.ops.zgate.bwd_out(dout, z, o, dz!, dout_scaled!) dz, dout_scaled written in place
-    torch.ops.zgate.bwd_inplace(dout!, z, o, dz!)          dout_scaled written into dout
-
-All are registered with torch.library.custom_op and have fake (meta) implementations, so
-torch.compile(fullgraph=True) traces them as single opaque nodes without graph breaks; the
-out-variants declare what they mutate, so that compiled zgate.bwd(..., dz=, dout_scaled=),
-inplace=True and zgate.fwd(..., out=) write straight into the given tensors. New outputs
-are compact tensors on the inputs' device; CUDA work runs on the current stream.
-
-    zgate.torch.use_in_mamba_ssm()   puts compute_dzdo into an installed mamba_ssm's Mamba-3
-                                     backward (every module that imported it by name)
+Every op has a fake (meta) implementation, so torch.compile(fullgraph=True) traces it as one
+opaque node without graph breaks; the out-variants declare what they mutate, so that compiled
+zgate.bwd(..., dz=, dout_scaled=), inplace=True and zgate.fwd(..., out=) write straight into
+the given tensors. New outputs are compact tensors on the inputs' device; CUDA work runs on
+the current stream.
 """
 # The eager kernels call zgate._binding directly: given outputs there get their version
 # counters bumped (a raw-pointer write that autograd must see).
@@ -21,68 +14,71 @@ from typing import Tuple
 
 import torch
 
-from . import _binding, _mamba
+import zgate as _zgate
+from . import _binding
 from ._errors import Error, Status
-from ._mamba import MambaPatch
+from ._mamba import MambaPatch, use_in_mamba_ssm
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
            "use_in_mamba_ssm", "MambaPatch"]
+Tensor = torch.Tensor
 
 
-def _check_same_shape(names, tensors):
-    first = tensors[0]
+def _new_like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _check_same_shape(names, *tensors):
+    names, first = names.split(), tensors[0]
     for n, t in zip(names[1:], tensors[1:]):
         torch._check(t.shape == first.shape,
                      lambda: "zgate: %s has shape %s but %s has %s"
                      % (n, tuple(t.shape), names[0], tuple(first.shape)))
 
 
-@torch.library.custom_op("zgate::bwd", mutates_args=())
-def bwd(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _bwd(dout: Tensor, z: Tensor, o: Tensor) -> Tuple[Tensor, Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
     return _binding.bwd(dout, z, o, None, None, False, 0)
 
 
-@bwd.register_fake
-def _bwd_fake(dout, z, o):
-    _check_same_shape(("dout", "z", "o"), (dout, z, o))
-    return (torch.empty_like(dout, memory_format=torch.contiguous_format),
-            torch.empty_like(dout, memory_format=torch.contiguous_format))
-
-
-@torch.library.custom_op("zgate::fwd", mutates_args=())
-def fwd(o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def _fwd(o: Tensor, z: Tensor) -> Tensor:
     """out = o * z * sigmoid(z), a new tensor with o's dtype."""
     return _binding.fwd(o, z, None, 0)
 
 
+bwd = torch.library.custom_op("zgate::bwd", _bwd, mutates_args=())
+fwd = torch.library.custom_op("zgate::fwd", _fwd, mutates_args=())
+
+
+@bwd.register_fake
+def _bwd_fake(dout, z, o):
+    _check_same_shape("dout z o", dout, z, o)
+    return _new_like(dout), _new_like(dout)
+
+
 @fwd.register_fake
 def _fwd_fake(o, z):
-    _check_same_shape(("o", "z"), (o, z))
-    return torch.empty_like(o, memory_format=torch.contiguous_format)
+    _check_same_shape("o z", o, z)
+    return _new_like(o)
 
 
 @torch.library.custom_op("zgate::silu_gate_backward", mutates_args=())
-def _silu_gate_backward(grad_out: torch.Tensor, o: torch.Tensor,
-                        z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _silu_gate_backward(grad_out: Tensor, o: Tensor, z: Tensor) -> Tuple[Tensor, Tensor]:
     """(grad_o, grad_z) of out = o * silu(z): zgate_bwd writing dout_scaled (= grad_o) in o's
     dtype and dz (= grad_z) in z's dtype directly, each rounded once."""
-    grad_o = torch.empty_like(o, memory_format=torch.contiguous_format)
-    grad_z = torch.empty_like(z, memory_format=torch.contiguous_format)
+    grad_o, grad_z = _new_like(o), _new_like(z)
     _binding.bwd(grad_out, z, o, grad_z, grad_o, False, 0)
     return grad_o, grad_z
 
 
 @_silu_gate_backward.register_fake
 def _silu_gate_backward_fake(grad_out, o, z):
-    _check_same_shape(("grad_out", "o", "z"), (grad_out, o, z))
-    return (torch.empty_like(o, memory_format=torch.contiguous_format),
-            torch.empty_like(z, memory_format=torch.contiguous_format))
+    _check_same_shape("grad_out o z", grad_out, o, z)
+    return _new_like(o), _new_like(z)
 
 
 def _fwd_setup(ctx, inputs, output):
-    o, z = inputs
-    ctx.save_for_backward(o, z)
+    ctx.save_for_backward(*inputs)
 
 
 def _fwd_backward(ctx, grad_out):
@@ -94,18 +90,15 @@ def _fwd_backward(ctx, grad_out):
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
 
 
-def _as4(t):
-    return t if t.dim() <= 4 else t.reshape((-1,) + tuple(t.shape[-3:]))
-
-
 def silu_gate(o, z):
     """out = o * silu(z) = o * z * sigmoid(z), differentiable in o and z.
 
     Any shape with up to 4 dimensions (more are flattened into the first); o and z have the
     same shape; the result has o's dtype. Its backward is zgate_bwd."""
-    if o.dim() > 4:
-        return torch.ops.zgate.fwd(_as4(o), _as4(z)).reshape(o.shape)
-    return torch.ops.zgate.fwd(o, z)
+    if o.dim() <= 4:
+        return torch.ops.zgate.fwd(o, z)
+    o4, z4 = (t.reshape((-1,) + tuple(t.shape[-3:])) for t in (o, z))
+    return torch.ops.zgate.fwd(o4, z4).reshape(o.shape)
 
 
 def compute_dzdo(do, z, o, chunk_size=64):
@@ -121,51 +114,44 @@ def compute_dzdo(do, z, o, chunk_size=64):
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
-    dz = torch.empty_like(z)
-    do_scaled = torch.empty_like(do, memory_format=torch.contiguous_format)
-    if torch.compiler.is_compiling() or type(do).__torch_dispatch__ is not _dispatch:
-        # Traced, or a DTensor: through the op. Detached, as in eager mode: these results
-        # carry no autograd history.
-        torch.ops.zgate.bwd_out(do.detach(), z.detach(), o.detach(), dz, do_scaled)
-    else:
-        _binding.bwd(do, z, o, dz, do_scaled, False, 0)
-    return dz, do_scaled
+    # zgate.bwd: traced or on a DTensor, through bwd_out on detached tensors, as in eager
+    # mode (these results carry no autograd history)
+    return _zgate.bwd(do, z, o, dz=torch.empty_like(z), dout_scaled=_new_like(do))
 
 
 # --- out-variants: the given tensors written in place ------------------------------------
 
 @torch.library.custom_op("zgate::bwd_out", mutates_args=("dz", "dout_scaled"))
-def bwd_out(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor,
-            dout_scaled: torch.Tensor) -> None:
+def bwd_out(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor, dout_scaled: Tensor) -> None:
     """bwd writing into dz and dout_scaled (each in its own dtype)."""
     _binding.bwd(dout, z, o, dz, dout_scaled, False, 0)
 
 
 @bwd_out.register_fake
 def _bwd_out_fake(dout, z, o, dz, dout_scaled):
-    _check_same_shape(("dout", "z", "o", "dz", "dout_scaled"), (dout, z, o, dz, dout_scaled))
+    _check_same_shape("dout z o dz dout_scaled", dout, z, o, dz, dout_scaled)
 
 
 @torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
-def bwd_inplace(dout: torch.Tensor, z: torch.Tensor, o: torch.Tensor, dz: torch.Tensor) -> None:
+def bwd_inplace(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor) -> None:
     """bwd writing dz into dz and dout_scaled into dout."""
     _binding.bwd(dout, z, o, dz, None, True, 0)
 
 
 @bwd_inplace.register_fake
 def _bwd_inplace_fake(dout, z, o, dz):
-    _check_same_shape(("dout", "z", "o", "dz"), (dout, z, o, dz))
+    _check_same_shape("dout z o dz", dout, z, o, dz)
 
 
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
-def fwd_out(o: torch.Tensor, z: torch.Tensor, out: torch.Tensor) -> None:
+def fwd_out(o: Tensor, z: Tensor, out: Tensor) -> None:
     """fwd writing into out (in its own dtype)."""
     _binding.fwd(o, z, out, 0)
 
 
 @fwd_out.register_fake
 def _fwd_out_fake(o, z, out):
-    _check_same_shape(("o", "z", "out"), (o, z, out))
+    _check_same_shape("o z out", o, z, out)
 
 
 # --- DTensor: every op runs on the local shards ----------------------------------------------
@@ -173,52 +159,34 @@ def _fwd_out_fake(o, z, out):
 # Replicate) is kept by the outputs, and no data moves. Inputs of other placements are
 # redistributed by DTensor to one of these first (Partial, for one, to Replicate).
 
-def _register_sharding():
-    try:
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.experimental import register_sharding
-    except ImportError:   # a PyTorch without torch.distributed
-        return
-
-    def same_everywhere(n_in, n_out):
-        def strategies(*args):
-            ndim = args[0].ndim
-            return [([p] * n_out or [None], [p] * n_in)
-                    for p in [Replicate()] + [Shard(d) for d in range(ndim)]]
-        return strategies
-
-    ops = torch.ops.zgate
-    for op, n_in, n_out in ((ops.bwd, 3, 2), (ops.fwd, 2, 1), (ops.silu_gate_backward, 3, 2),
-                            (ops.bwd_out, 5, 0), (ops.bwd_inplace, 4, 0), (ops.fwd_out, 3, 0)):
-        register_sharding(op.default)(same_everywhere(n_in, n_out))
+def _same_everywhere(n_in, n_out):
+    def strategies(*args):
+        return [([p] * n_out or [None], [p] * n_in)
+                for p in [Replicate()] + [Shard(d) for d in range(args[0].ndim)]]
+    return strategies
 
 
-_register_sharding()
+try:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding
+except ImportError:   # a PyTorch without torch.distributed
+    register_sharding = None
+for _name, _n_in, _n_out in (("bwd", 3, 2), ("fwd", 2, 1), ("silu_gate_backward", 3, 2),
+                             ("bwd_out", 5, 0), ("bwd_inplace", 4, 0), ("fwd_out", 3, 0)):
+    if register_sharding:
+        register_sharding(getattr(torch.ops.zgate, _name).default)(_same_everywhere(_n_in, _n_out))
 
-
-def _register_device_kernels():
-    """torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those
-    dispatch keys directly. custom_op registers its kernel for CompositeExplicitAutograd
-    behind Python wrappers of its own (a per-device table, dynamo's disable wrapper, an
-    aliasing check: about 1.4 us a call on a 2-core CPU machine); a kernel for the device's
-    own key is chosen before it, and calls the same function. Other devices (an NPU, Meta
-    through the fake) keep custom_op's kernels; autograd and the fake are unchanged."""
-    lib = torch.library.Library("zgate", "IMPL")
-    for key in ("CPU", "CUDA"):
-        lib.impl("bwd", _bwd_kernel, key)
-        lib.impl("fwd", _fwd_kernel, key)
-    return lib   # kept: the registrations last as long as the Library object
-
-
-def _bwd_kernel(dout, z, o):
-    return _binding.bwd(dout, z, o, None, None, False, 0)
-
-
-def _fwd_kernel(o, z):
-    return _binding.fwd(o, z, None, 0)
-
-
-_device_kernels = _register_device_kernels()
+# torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those dispatch
+# keys directly. custom_op registers its kernel for CompositeExplicitAutograd behind Python
+# wrappers of its own (a per-device table, dynamo's disable wrapper, an aliasing check: about
+# 1.4 us a call on a 2-core CPU machine); a kernel for the device's own key is chosen before
+# it, and calls the same function. Other devices (an NPU, Meta through the fake) keep
+# custom_op's kernels; autograd and the fake are unchanged. The Library object is kept: the
+# registrations last as long as it does.
+_device_kernels = torch.library.Library("zgate", "IMPL")
+for _key in ("CPU", "CUDA"):
+    _device_kernels.impl("bwd", _bwd, _key)
+    _device_kernels.impl("fwd", _fwd, _key)
 
 
 # --- torch.compile paths of zgate.bwd / zgate.fwd, and tensors the binding passes on ---------
@@ -226,22 +194,17 @@ _device_kernels = _register_device_kernels()
 # history; traced, they do the same (detached inputs) through the ops above, the given
 # outputs mutated in place (no temporary, no copy). Use silu_gate for gradients.
 
-def _new_like(t):
-    return torch.empty_like(t, memory_format=torch.contiguous_format)
-
-
 def traced_bwd(dout, z, o, dz, dout_scaled, inplace):
     z, o = z.detach(), o.detach()
+    if not inplace and dz is None and dout_scaled is None:
+        return torch.ops.zgate.bwd(dout.detach(), z, o)
+    dz = _new_like(dout) if dz is None else dz
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
             raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
                         "dout_scaled as well")
-        dz = _new_like(dout) if dz is None else dz
         torch.ops.zgate.bwd_inplace(dout, z, o, dz)
         return dz, dout
-    if dz is None and dout_scaled is None:
-        return torch.ops.zgate.bwd(dout.detach(), z, o)
-    dz = _new_like(dout) if dz is None else dz
     dout_scaled = _new_like(dout) if dout_scaled is None else dout_scaled
     torch.ops.zgate.bwd_out(dout.detach(), z, o, dz, dout_scaled)
     return dz, dout_scaled
@@ -252,9 +215,6 @@ def traced_fwd(o, z, out):
         return torch.ops.zgate.fwd(o.detach(), z.detach())
     torch.ops.zgate.fwd_out(o.detach(), z.detach(), out)
     return out
-
-
-_dispatch = torch.Tensor.__torch_dispatch__
 
 
 def fallback(op, *args):
@@ -273,11 +233,3 @@ def fallback(op, *args):
         return NotImplemented
     raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is on device '%s'"
                 % ("dout" if op == "bwd" else "o", x.device))
-
-
-def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False,
-                     replacement=None):
-    """Put zgate's compute_dzdo (or `replacement`) wherever mamba_ssm looks compute_dzdo up;
-    see zgate._mamba.use_in_mamba_ssm. Returns a MambaPatch."""
-    return _mamba.use_in_mamba_ssm(module, skip_package_init=skip_package_init,
-                                   replacement=replacement or compute_dzdo)

@@ -1,7 +1,7 @@
 """The Ascend NPU kernel's own IR, compiled for x86 and called through ctypes.
 
 build() takes the IR that bishengir-compile receives for one plan (triton-ascend's ttadapter
-stage, named ops: zgate.triton.ascend.compile_linalg) and lowers it for the host:
+stage, named ops: zgate.triton.ascend.linalg_of) and lowers it for the host:
 
     mlir-opt --convert-elementwise-to-linalg   (named ops: elementwise arith/math on tensors)
     triton-ascend's linalg_to_llir              (its CPU pass list, run with Debian's MLIR 19)
@@ -36,7 +36,7 @@ import types
 import numpy as np
 
 from zgate.triton import ascend
-from zgate.triton.launch import SLOTS, kernel_arguments
+from zgate.triton.plan import SLOTS, kernel_arguments
 
 LLVM_ROOT = os.environ.get("ZGATE_LLVM_ROOT", "/usr/lib/llvm-19")
 KERNEL = "gate_kernel"
@@ -102,7 +102,7 @@ def _linalg_to_llir(mlir_path):
 
 def _by_pointer(op, seq):
     """`seq` (one item per tensor, the op's public order) per kernel pointer parameter; the
-    forward's unused pointers get z's, as launch.kernel_arguments does."""
+    forward's unused pointers get z's, as plan.kernel_arguments does."""
     by_slot = dict(zip(SLOTS[op], seq))
     return [by_slot.get(n[:-len("_ptr")], by_slot["z"]) for n in PTR_PARAMS]
 

@@ -16,7 +16,6 @@ import zgate
 import zgate.triton as zt
 from zgate.selfcheck import F32_ULPS as LIB_ULPS, as_rounded_to_nearest
 from zgate.triton import plan
-from zgate.triton.launch import kernel_arguments
 from zg_oracle import check
 from special_values import big_for, special_inputs
 
@@ -105,11 +104,10 @@ def test_recipe_follows_the_outputs():
     for combo in [("f32",) * 5, ("bf16",) * 5, ("bf16", "bf16", "bf16", "f32", "bf16"),
                   ("f32", "f32", "f32", "f16", "bf16")]:
         ts = [torch.zeros(1, 2, 3, 4, dtype=T[d]) for d in combo]
-        _, consts = kernel_arguments("bwd", ts, lay, tiles)
+        _, consts = plan.kernel_arguments("bwd", ts, lay, tiles)
         assert consts["LEAN"] == all(d != "f32" for d in combo[3:]), combo
-        _, consts = kernel_arguments("fwd", [ts[2], ts[1], ts[3]], lay, tiles)
+        _, consts = plan.kernel_arguments("fwd", [ts[2], ts[1], ts[3]], lay, tiles)
         assert consts["LEAN"] == (combo[3] != "f32"), combo
-    assert plan.tile_elems("npu", "fwd", ["bfloat16", "float16", "bfloat16"]) == 8192
-    assert plan.tile_elems("npu", "fwd", ["bfloat16", "float32", "bfloat16"]) == 4096
-    assert plan.tile_elems("npu", "bwd", ["bfloat16"] * 5) == 4096
-    assert plan.tile_elems("cuda", "fwd", ["bfloat16"] * 3) == plan.GPU_TILE
+    assert plan.npu_tile("fwd", ["bfloat16", "float16", "bfloat16"]) == 8192
+    assert plan.npu_tile("fwd", ["bfloat16", "float32", "bfloat16"]) == 4096
+    assert plan.npu_tile("bwd", ["bfloat16"] * 5) == 4096

@@ -1,49 +1,26 @@
 """zgate's gate as a Triton kernel: Ascend NPUs through triton-ascend, NVIDIA GPUs through
-Triton, CPU tensors under TRITON_INTERPRET=1.
-
-    zgate.triton.bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False)
-        -> (dz, dout_scaled)
-    zgate.triton.fwd(o, z, *, out=None) -> out
-
-Same arguments, results and errors (zgate.Error) as zgate.bwd / zgate.fwd, on PyTorch
-tensors of one device. The kernel (kernel.py) takes every layout whose innermost dim is
-contiguous in place, Z as a view into the input projection included; a tensor whose
-headdim stride is not 1 is copied once (inputs) or computed into a compact buffer and
-copied back (outputs). The configuration is a function of the shape and dtypes (plan.py):
-nothing is tuned, so the first call costs one compile per dtype combination and tile shape.
-Outputs whose memory overlaps another tensor are refused, except dout_scaled given as dout
-itself (inplace).
-
-ascend_compile_report(...) compiles the kernel for an Ascend 910B target without an NPU
-(ascend.py).
+Triton, CPU tensors under TRITON_INTERPRET=1. bwd and fwd take the arguments of zgate.bwd /
+zgate.fwd and give their results and errors (zgate.Error), on PyTorch tensors of one device
+(docs/api.md). The kernel (kernel.py) takes every layout whose innermost dim is contiguous in
+place, Z as a view into the input projection included; a tensor whose headdim stride is not 1
+is copied once (inputs) or computed into a compact buffer and copied back (outputs). The
+configuration is a function of the shape and dtypes (plan.py): nothing is tuned, so the first
+call costs one compile per dtype combination and tile shape. Outputs whose memory overlaps
+another tensor are refused, except dout_scaled given as dout itself (inplace).
+zgate.triton.ascend compiles the kernel for an Ascend 910B target without an NPU.
 """
+import contextlib
+import functools
 import os
 
 from .._errors import Error, Status
 from . import plan as _plan
 
-__all__ = ["bwd", "fwd", "ascend_compile_report", "available"]
-
-_DTYPES = None
+__all__ = ["bwd", "fwd", "available"]
 
 
-def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
-                          layout="dense", headdim=64, **kw):
-    """The UB plan of the kernel compiled for `target`: see zgate.triton.ascend."""
-    from .ascend import ascend_compile_report as report
-    return report(target, op, dtypes, layout, headdim, **kw)
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise Error(None, "zgate.triton works on PyTorch tensors: install torch") from e
-    global _DTYPES
-    if _DTYPES is None:
-        _DTYPES = {torch.float32: "float32", torch.float16: "float16",
-                   torch.bfloat16: "bfloat16"}
-    return torch
+def _dtype(t):
+    return str(t.dtype).replace("torch.", "")
 
 
 def available(device_type):
@@ -72,10 +49,12 @@ def available(device_type):
     return "zgate.triton has no backend for %s tensors" % device_type
 
 
-def _check(names, tensors, outputs):
-    """zgate's contract on torch tensors; raises zgate.Error, writes nothing."""
-    torch = _torch()
-    for n, t in zip(names, tensors):
+def _check(named, n_in):
+    """zgate's contract on torch tensors: `named` is [(name, tensor)], the `n_in` inputs
+    first, then the outputs (None where not given). Raises zgate.Error, writes nothing."""
+    import torch
+    named = [(n, t) for n, t in named if t is not None]
+    for n, t in named:
         if not isinstance(t, torch.Tensor):
             raise Error(None, "zgate.triton: %s is a %s, not a torch.Tensor" % (
                 n, type(t).__name__))
@@ -85,50 +64,43 @@ def _check(names, tensors, outputs):
         if t.dim() != 4:
             raise Error(Status.ERR_NDIM, "%s has %d dims; zgate takes (batch, seqlen, nheads, "
                         "headdim)" % (n, t.dim()))
-        if t.dtype not in _DTYPES:
+        if _dtype(t) not in _plan.DTYPE_BYTES:
             raise Error(Status.ERR_DTYPE, "%s is %s, not float32, float16 or bfloat16" % (
-                n, str(t.dtype).replace("torch.", "")))
-    first = tensors[0]
-    for n, t in zip(names[1:], tensors[1:]):
+                n, _dtype(t)))
+    first_name, first = named[0]
+    for n, t in named[1:]:
         if t.shape != first.shape:
             raise Error(Status.ERR_SHAPE_MISMATCH, "%s has shape %s but %s has %s" % (
-                n, tuple(t.shape), names[0], tuple(first.shape)))
+                n, tuple(t.shape), first_name, tuple(first.shape)))
         if t.device != first.device:
             raise Error(Status.ERR_DEVICE_MISMATCH, "%s is on %s but %s is on %s" % (
-                n, t.device, names[0], first.device))
+                n, t.device, first_name, first.device))
     why = available(first.device.type)
     if why:
         raise Error(Status.ERR_DEVICE_UNSUPPORTED, why)
     if first.numel() == 0:
         return
-    spans = [_span(t) for t in tensors]
-    for i in outputs:
-        t = tensors[i]
+    spans = [_span(t) for _, t in named]
+    for i in range(n_in, len(named)):
+        name, t = named[i]
         if not _injective(t):
             raise Error(Status.ERR_OUTPUT_SELF_OVERLAP, "two elements of %s share memory "
-                        "(a zero or overlapping stride)" % names[i])
-        for j, u in enumerate(tensors):
-            if j == i or not _intersect(spans[i], spans[j]):
+                        "(a zero or overlapping stride)" % name)
+        for j, (other, u) in enumerate(named):
+            if j == i or spans[i][1] <= spans[j][0] or spans[j][1] <= spans[i][0]:
                 continue
-            if {names[i], names[j]} == {"dout", "dout_scaled"}:
-                if u.dtype == t.dtype and u.stride() == t.stride() and (
-                        u.data_ptr() == t.data_ptr()):
+            if {name, other} == {"dout", "dout_scaled"}:
+                if (u.dtype, u.stride(), u.data_ptr()) == (t.dtype, t.stride(), t.data_ptr()):
                     continue
                 raise Error(Status.ERR_INPLACE_MISMATCH, "dout_scaled shares dout's memory but "
                             "not its data pointer, dtype and strides")
-            raise Error(Status.ERR_ALIAS, "%s overlaps %s" % (names[i], names[j]))
+            raise Error(Status.ERR_ALIAS, "%s overlaps %s" % (name, other))
 
 
 def _span(t):
-    if t.numel() == 0:
-        return (0, 0)
+    """[first byte, one past the last byte) of a non-empty tensor."""
     last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    start = t.data_ptr()
-    return (start, start + (last + 1) * t.element_size())
-
-
-def _intersect(a, b):
-    return a[0] < b[1] and b[0] < a[1]
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
 def _injective(t):
@@ -142,88 +114,68 @@ def _injective(t):
     return True
 
 
-def _launch(op, tensors, outputs, grid=None):
+def _launch(op, tensors, outputs):
     """Run `op` on torch tensors in the op's order; `outputs` are their indices. A tensor
     whose headdim is not contiguous goes through one compact copy."""
-    torch = _torch()
+    import torch
     if tensors[0].numel() == 0:
         return
     dev = tensors[0].device
+    tile = _plan.npu_tile(op, [_dtype(t) for t in tensors]) if dev.type == "npu" else (
+        _plan.GPU_TILE)
     copied, layout, tiles = _plan.plan_call(tuple(tensors[0].shape),
-                                            tuple(t.stride() for t in tensors),
-                                            _plan.tile_elems(dev.type, op,
-                                                            [_DTYPES[t.dtype] for t in tensors]))
-    work = list(tensors)
-    copy_back = []
-    for i, t in enumerate(tensors):
-        if not copied[i]:
-            continue
-        if i in outputs:
-            if op == "bwd" and i == 4 and tensors[4] is tensors[0]:
-                work[4] = work[0]            # in place: dout's compact copy takes dos
-            else:
-                work[i] = torch.empty_like(t, memory_format=torch.contiguous_format)
-            copy_back.append(i)
+                                            tuple(t.stride() for t in tensors), tile)
+    work = [t.contiguous() if c and i not in outputs else t
+            for i, (t, c) in enumerate(zip(tensors, copied))]
+    copy_back = [i for i in outputs if copied[i]]
+    for i in copy_back:
+        if op == "bwd" and i == 4 and tensors[4] is tensors[0]:
+            work[4] = work[0]            # in place: dout's compact copy takes dos
         else:
-            work[i] = t.contiguous()
-    if grid is None:
-        grid = _grid(dev, tiles.n_tiles)
-    from .launch import run
-    if dev.type == "cuda":
-        with torch.cuda.device(dev):
-            run(op, work, layout, tiles, grid)
-    elif dev.type == "npu":
-        with torch.npu.device(dev):
-            run(op, work, layout, tiles, grid)
-    else:
-        run(op, work, layout, tiles, grid)
+            work[i] = torch.empty_like(tensors[i], memory_format=torch.contiguous_format)
+    from .kernel import gate_kernel
+    args, consts = _plan.kernel_arguments(op, work, layout, tiles)
+    device = getattr(torch, dev.type).device(dev) if dev.type in ("cuda", "npu") else (
+        contextlib.nullcontext())
+    with device:
+        gate_kernel[(_grid(dev, tiles.n_tiles),)](**args, **consts)
     for i in copy_back:
         tensors[i].copy_(work[i])
-
-
-_NPU_CORES = {}
 
 
 def _grid(dev, n_tiles):
     """NPU: one program per vector core (asked from the runtime), each looping over tiles.
     GPU: one program per tile. Interpreter: a few programs, so the tile loop runs."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return max(1, min(n_tiles, 3))
-    if dev.type == "npu":
-        cores = _NPU_CORES.get(dev.index)
-        if cores is None:
-            import triton
-            props = triton.runtime.driver.active.utils.get_device_properties(dev.index or 0)
-            cores = _NPU_CORES[dev.index] = int(props["num_vectorcore"])
-        return max(1, min(n_tiles, cores))
-    return max(1, min(n_tiles, 2 ** 31 - 1))
+    cap = (3 if os.environ.get("TRITON_INTERPRET") == "1" else
+           _npu_cores(dev.index or 0) if dev.type == "npu" else _plan.INT32_MAX)
+    return max(1, min(n_tiles, cap))
+
+
+@functools.lru_cache(maxsize=None)
+def _npu_cores(index):
+    import triton
+    return int(triton.runtime.driver.active.utils.get_device_properties(index)["num_vectorcore"])
 
 
 def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False):
     """(dz, dout_scaled); see zgate.bwd. New outputs are compact, of dout's dtype."""
-    torch = _torch()
+    import torch
     if inplace:
         if dout_scaled is not None and dout_scaled is not dout:
             raise Error(None, "inplace=True writes dout_scaled into dout; do not pass "
                         "dout_scaled as well")
         dout_scaled = dout
-    names = ["dout", "z", "o", "dz", "dout_scaled"]
-    given = [x for x in (dz, dout_scaled) if x is not None]
-    _check(names[:3] + [n for n, x in zip(names[3:], (dz, dout_scaled)) if x is not None],
-           [dout, z, o] + given, outputs=range(3, 3 + len(given)))
-    if dz is None:
-        dz = torch.empty_like(dout, memory_format=torch.contiguous_format)
-    if dout_scaled is None:
-        dout_scaled = torch.empty_like(dout, memory_format=torch.contiguous_format)
+    _check([("dout", dout), ("z", z), ("o", o), ("dz", dz), ("dout_scaled", dout_scaled)], 3)
+    dz, dout_scaled = (torch.empty_like(dout, memory_format=torch.contiguous_format)
+                       if t is None else t for t in (dz, dout_scaled))
     _launch("bwd", [dout, z, o, dz, dout_scaled], outputs=(3, 4))
     return dz, dout_scaled
 
 
 def fwd(o, z, *, out=None):
     """out = o * z * sigmoid(z); see zgate.fwd. A new out is compact, of o's dtype."""
-    torch = _torch()
-    _check(["o", "z"] + (["out"] if out is not None else []),
-           [o, z] + ([out] if out is not None else []), outputs=(2,) if out is not None else ())
+    import torch
+    _check([("o", o), ("z", z), ("out", out)], 2)
     if out is None:
         out = torch.empty_like(o, memory_format=torch.contiguous_format)
     _launch("fwd", [o, z, out], outputs=(2,))

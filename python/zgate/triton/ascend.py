@@ -9,12 +9,13 @@ every UB buffer with its offset, the double-buffer selects, the GM<->UB copy rou
     python -m zgate.triton.ascend [--targets ...] [--ops ...] [--dtypes ...] [--layouts ...]
                                   [--headdim N] [--predict]
 
-prints two lines per combination: the UB plan, then the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir in the running Python
-(never in the same environment as upstream triton: both install a package named triton).
+prints two lines per combination: the UB plan, then the vector-cost model (costmodel.py).
+Needs triton-ascend and ascendnpu-ir in the running Python (never in the same environment
+as upstream triton: both install a package named triton).
 """
 import argparse
 import itertools
-import json
+import math
 import os
 import re
 import subprocess
@@ -61,57 +62,37 @@ def _toolchain():
 
 
 class _Ptr:
-    """A pointer argument as the JIT's specialisation sees it: dtype and address."""
-    def __init__(self, dtype, address=0):
+    """A pointer argument as the JIT's specialisation sees it: dtype, address 0."""
+    def __init__(self, dtype):
         self.dtype = "*" + TRITON_DTYPE[dtype]
-        self._address = address
+        self._size = _plan.DTYPE_BYTES[dtype]
 
     def data_ptr(self):
-        return self._address
+        return 0
 
     def element_size(self):
-        return 4 if self.dtype == "*fp32" else 2
-
-
-def report_problem(op, layout, headdim):
-    """The shape, per-tensor strides and dtypes of the representative call the report
-    compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of width
-    REPORT_PROJ."""
-    b, l, h = REPORT_BLH
-    shape = (b, l, h, headdim)
-    dense = (l * h * headdim, h * headdim, headdim, 1)
-    zview = (l * REPORT_PROJ, REPORT_PROJ, headdim, 1)
-    n = 5 if op == "bwd" else 3
-    strides = [dense] * n
-    if layout == "zview":
-        strides[1] = zview   # z is the second tensor of both ops
-    elif layout != "dense":
-        raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
-    return shape, strides
+        return self._size
 
 
 def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
-    """(args, constexprs) of the kernel for the report's problem, pointers as _Ptr."""
-    from .launch import kernel_arguments
+    """(args, constexprs) of the kernel, pointers as _Ptr, for the representative call the
+    report compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of
+    width REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given."""
     dtypes = [SHORT[d] for d in dtypes]
-    shape, strides = report_problem(op, layout, headdim)
+    shape = REPORT_BLH + (headdim,)
+    strides = [_plan.compact_strides(shape)] * len(dtypes)
+    if layout == "zview":
+        strides[1] = (shape[1] * REPORT_PROJ, REPORT_PROJ, headdim, 1)   # z: second in both ops
+    elif layout != "dense":
+        raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
     lay = _plan.collapse(shape, strides)
-    tile = tile_elems or _plan.npu_tile(op, dtypes)
-    tiles = _plan.choose_tiles(lay, tile)
-    ptrs = [_Ptr(d) for d in dtypes]
-    return kernel_arguments(op, ptrs, lay, tiles)
-
-
-def compile_linalg(op, dtypes, layout="dense", headdim=64, target="Ascend910B2",
-                   tile_elems=None):
-    """triton-ascend's front end for the NPU on the report's problem: (linalg text,
-    metadata)."""
-    return linalg_of(*kernel_args(op, dtypes, layout, headdim, tile_elems), target)
+    tiles = _plan.choose_tiles(lay, tile_elems or _plan.npu_tile(op, dtypes))
+    return _plan.kernel_arguments(op, [_Ptr(d) for d in dtypes], lay, tiles)
 
 
 def linalg_of(args, consts, target="Ascend910B2"):
     """triton-ascend's front end for the NPU on kernel arguments by name (as
-    launch.kernel_arguments gives them, pointers as _Ptr), specialised on their values as a
+    plan.kernel_arguments gives them, pointers as _Ptr), specialised on their values as a
     launch is: (linalg text, metadata)."""
     triton, backend_cls, GPUTarget, ASTSource, _ = _toolchain()
     from .kernel import gate_kernel
@@ -119,8 +100,7 @@ def linalg_of(args, consts, target="Ascend910B2"):
     gtarget = GPUTarget("npu", target, 0)
     backend = make_backend(gtarget)
     params = gate_kernel.params
-    names = [p.name for p in params]
-    vals = [args.get(n, consts.get(n)) for n in names]
+    vals = [args.get(p.name, consts.get(p.name)) for p in params]
     attrs = backend.get_attrs_descriptor(params, vals)
     fixed = attrs.get_constants()
     signature, constants = {}, {}
@@ -135,7 +115,7 @@ def linalg_of(args, consts, target="Ascend910B2"):
 
     def grab(linalg, metadata, options):
         caught["linalg"], caught["metadata"] = linalg, dict(metadata)
-        raise _Caught()
+        raise RuntimeError("stop: the linalg stage is all that is wanted")
 
     saved = stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"]
     stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = grab
@@ -147,13 +127,7 @@ def linalg_of(args, consts, target="Ascend910B2"):
             raise
     finally:
         stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = saved
-    linalg, metadata = stage_globals["_parse_linalg_metadata"](caught["linalg"],
-                                                                caught["metadata"])
-    return linalg, metadata
-
-
-class _Caught(Exception):
-    pass
+    return stage_globals["_parse_linalg_metadata"](caught["linalg"], caught["metadata"])
 
 
 class UBOverflow(RuntimeError):
@@ -202,9 +176,7 @@ def parse_hivm(text):
     """
     bufs = {}
     for name, off, dims, ty in _UB_BUF.findall(text):
-        n = 1
-        for d in dims.split("x"):
-            n *= int(d)
+        n = math.prod(int(d) for d in dims.split("x"))
         if n:
             bufs[name] = (int(off), n * _BITS[ty] // 8)
     ub = max((off + size for off, size in bufs.values()), default=0)
@@ -220,17 +192,7 @@ def parse_hivm(text):
                            and len(ping_pong) >= len(copy_calls),
         "scalar_accesses": len(re.findall(r"\bmemref\.(?:load|store)\b", text)),
         "copies": sorted(set(copy_calls)),
-        "copy_calls": len(copy_calls),
-        "vector_ops": _vector_ops(text),
     }
-
-
-def _vector_ops(text):
-    """Vector instructions per tile, by name (vmul, vexp, vcast, ...)."""
-    ops = {}
-    for name in re.findall(r"call @(v[a-z]+)_", text):
-        ops[name] = ops.get(name, 0) + 1
-    return ops
 
 
 def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
@@ -242,21 +204,18 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     cycles under Huawei's published table, the tile's HBM cycles at each bandwidth, the
     ratio and the bound that wins, predicted times against an A100 on the request's
     shapes)."""
-    if op not in ("bwd", "fwd"):
-        raise ValueError("op is 'bwd' or 'fwd', not %r" % (op,))
     dtypes = tuple(SHORT[d] for d in dtypes)
-    if len(dtypes) != (5 if op == "bwd" else 3):
-        raise ValueError("%s takes %d dtypes (%s), got %d" % (
-            op, 5 if op == "bwd" else 3,
-            "dout, z, o, dz, dout_scaled" if op == "bwd" else "o, z, out", len(dtypes)))
-    linalg, metadata = compile_linalg(op, dtypes, layout, headdim, target, tile_elems)
+    if (op, len(dtypes)) not in (("bwd", 5), ("fwd", 3)):
+        raise ValueError("op is 'bwd' with 5 dtypes (dout, z, o, dz, dout_scaled) or 'fwd' "
+                         "with 3 (o, z, out), not %r with %d" % (op, len(dtypes)))
+    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
+    linalg, metadata = linalg_of(args, consts, target)
     workdir = keep_dir or tempfile.mkdtemp(prefix="zgate-hivm-")
     os.makedirs(workdir, exist_ok=True)
     hivm = compile_hivm(linalg, metadata, target, workdir)
     with open(hivm) as f:
         text = f.read()
     rep = parse_hivm(text)
-    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
     tile = consts["BLOCK_R"] * consts["BLOCK_C"]
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
                block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], lean=consts["LEAN"],
@@ -264,53 +223,54 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     return rep
 
 
-def _kinds(cost):
-    """'Mul 5, Div 1, ...' of a cost model's per-tile calls, unknown ones named."""
-    parts = ["%s %d" % (k, v["calls"]) for k, v in cost["by_kind"].items()]
-    return ", ".join(parts + ["UNKNOWN %s" % u for u in cost["unknown"]])
-
-
-def _print_predictions(cost):
-    """One line per request shape: predicted time at each bandwidth and the speed against
-    an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time)."""
-    for i, shape_row in enumerate(cost["predictions"][0]):
-        parts = []
-        for h, rows in zip(cost["hbm"], cost["predictions"]):
-            p = rows[i]
-            parts.append("%.1f TB/s %s us, x%s / x%s" % (
-                h["bytes_per_s"] / 1e12, "?" if p["npu_us"] is None else "%.1f" % p["npu_us"],
-                _ratio(p["vs A100 40GB"]).strip(), _ratio(p["vs A100 80GB"]).strip()))
-        print("      %-15s %7.1f MB: %s" % ("x".join(map(str, shape_row["shape"])),
-                                           shape_row["bytes"] / 1e6, "; ".join(parts)))
-
-
 def _ratio(x):
     return "  ?  " if x is None else "%5.2f" % x
 
 
-def _copy_kinds(copies):
-    """'2d' when every GM<->UB copy is a 2-D copy, else the routine names."""
-    kinds = {re.search(r"_(\dd)_", c).group(1) if re.search(r"_(\dd)_", c) else c
-             for c in copies}
-    return ",".join(sorted(kinds))
+def _print(r, predict):
+    """Print a report: its UB plan, its vector-cost model and, with `predict` on the dense
+    layout, one line per request shape: the predicted time at each bandwidth and the speed
+    against an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time). True
+    when the plan holds (UB within capacity, double-buffered, no scalar accesses)."""
+    c = r["cost"]
+    ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
+          and r["scalar_accesses"] == 0)
+    # '2d' when every GM<->UB copy is a 2-D copy, else the routine names
+    copies = ",".join(sorted({(re.findall(r"_(\dd)_", x) or [x])[0] for x in r["copies"]}))
+    print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
+          "scalar %d  copies %s%s" % (
+              r["target"], r["op"], ",".join(TRITON_DTYPE[d] for d in r["dtypes"]), r["layout"],
+              r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
+              "yes" if r["double_buffered"] else "NO", r["scalar_accesses"], copies,
+              "" if ok else "  <-- FAIL"))
+    kinds = ["%s %d" % (k, v["calls"]) for k, v in c["by_kind"].items()]
+    print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
+        c["n_calls"], "?" if c["vector_cycles"] is None else "%.0f" % c["vector_cycles"],
+        ", ".join(kinds + ["UNKNOWN %s" % u for u in c["unknown"]]), c["tile_bytes"],
+        "; ".join("%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
+            h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]), h["bound"])
+            for h in c["hbm"])))
+    for i, row in enumerate(c["predictions"][0] if predict and r["layout"] == "dense" else []):
+        parts = ["%.1f TB/s %s us, x%s / x%s" % (
+            h["bytes_per_s"] / 1e12, "?" if p[i]["npu_us"] is None else "%.1f" % p[i]["npu_us"],
+            _ratio(p[i]["vs A100 40GB"]).strip(), _ratio(p[i]["vs A100 80GB"]).strip())
+            for h, p in zip(c["hbm"], c["predictions"])]
+        print("      %-15s %7.1f MB: %s" % ("x".join(map(str, row["shape"])), row["bytes"] / 1e6,
+                                           "; ".join(parts)))
+    return ok
 
 
 def _combos(ops, dtype_sets):
-    for op in ops:
+    """(op, dtypes): one dtype for every tensor, or with 'all' every per-tensor combination."""
+    for op, ds in itertools.product(ops, dtype_sets):
         n = 5 if op == "bwd" else 3
-        for ds in dtype_sets:
-            if ds == "all":
-                for combo in itertools.product(("float32", "float16", "bfloat16"), repeat=n):
-                    yield op, combo
-            else:
-                yield op, (SHORT[ds],) * n
+        yield from ((op, c) for c in (itertools.product(_plan.DTYPE_BYTES, repeat=n)
+                                      if ds == "all" else [(SHORT[ds],) * n]))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m zgate.triton.ascend",
-                                 description="Compile zgate's Triton kernel for Ascend 910B "
-                                 "down to the final HIVM IR and print its UB plan and its "
-                                 "vector-cost model (costmodel.py).")
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--ops", default="bwd,fwd")
     ap.add_argument("--dtypes", default="bf16,f16,f32",
@@ -322,46 +282,20 @@ def main(argv=None):
                     help="also print, per request shape (dense layout), the predicted kernel "
                     "time at each bandwidth and the speed against an A100 40 GB / 80 GB at "
                     "90%% of their bandwidth (A100 time / NPU time)")
-    ap.add_argument("--json", help="write the reports to this file")
-    ap.add_argument("--keep", help="keep each HIVM IR under this directory")
     a = ap.parse_args(argv)
     try:
         _toolchain()
     except ToolMissing as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    reports, bad = [], 0
+    n, bad = 0, 0
     for target in a.targets.split(","):
         for op, dtypes in _combos(a.ops.split(","), a.dtypes.split(",")):
             for layout in a.layouts.split(","):
-                keep = None
-                if a.keep:
-                    keep = os.path.join(a.keep, "%s-%s-%s-%s" % (
-                        target, op, "-".join(TRITON_DTYPE[d] for d in dtypes), layout))
-                r = ascend_compile_report(target, op, dtypes, layout, a.headdim, keep_dir=keep)
-                ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
-                      and r["scalar_accesses"] == 0)
-                bad += not ok
-                c = r["cost"]
-                print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
-                      "scalar %d  copies %s%s" % (
-                          target, op, ",".join(TRITON_DTYPE[d] for d in dtypes), layout,
-                          r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
-                          "yes" if r["double_buffered"] else "NO", r["scalar_accesses"],
-                          _copy_kinds(r["copies"]), "" if ok else "  <-- FAIL"))
-                print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
-                    c["n_calls"], "?" if c["vector_cycles"] is None
-                    else "%.0f" % c["vector_cycles"], _kinds(c), c["tile_bytes"], "; ".join(
-                        "%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
-                            h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]),
-                            h["bound"]) for h in c["hbm"])))
-                if a.predict and layout == "dense":
-                    _print_predictions(c)
-                reports.append(r)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(reports, f, indent=1)
-    print("%d compiled, %d outside the plan" % (len(reports), bad))
+                bad += not _print(ascend_compile_report(target, op, dtypes, layout, a.headdim),
+                                  a.predict)
+                n += 1
+    print("%d compiled, %d outside the plan" % (n, bad))
     return 1 if bad else 0
 
 

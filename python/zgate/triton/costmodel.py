@@ -14,6 +14,7 @@ cannot know: the overlap itself (double buffering makes it possible, not perfect
 synchronisation between pipes, the real per-core bandwidth and clock, and whether the fit
 holds for this kernel's buffers.
 """
+import collections
 import functools
 import json
 import math
@@ -23,9 +24,6 @@ import re
 from . import plan as _plan
 
 TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vector_costs.json")
-# The request's shapes (batch, seqlen, nheads, headdim), as python -m zgate.selfcheck runs them.
-REQUEST_SHAPES = ((2, 2048, 24, 64), (16, 2345, 32, 64), (8, 2048, 32, 64), (4, 4096, 64, 64),
-                  (1, 32768, 64, 64), (2, 8192, 32, 128), (2, 2048, 40, 80), (4, 4096, 48, 96))
 _TYPES = {"float": "float32", "half": "float16", "bfloat16_t": "bfloat16"}
 
 
@@ -48,13 +46,10 @@ def tile_loop_calls(text):
     for line in lines[start:]:
         m = re.search(r"func\.call @(v[a-z]+\w*)\(", line)
         if m:
-            name = m.group(1)
             if loop_depth is None or depth < loop_depth:
-                outside.append(name)
-            elif depth == loop_depth:
-                per_tile.append(name)
+                outside.append(m.group(1))
             else:
-                conditional.append(name)
+                (per_tile if depth == loop_depth else conditional).append(m.group(1))
         if loop_depth is None and re.match(r"\s*scf\.for\b", line):
             loop_depth = depth + 1
         depth += line.count("{") - line.count("}")
@@ -97,86 +92,69 @@ def classify(name):
     return None, "no %s row for %s" % (row, key), False
 
 
-def call_cycles(name, n):
-    """Cycles of one call of routine `name` over n elements, or None when unknown."""
-    row, key, _ = classify(name)
-    if row is None:
-        return None
-    k, b = table()["rows"][row][key]
-    return k * n + b
-
-
 def vector_cost(text, tile_elems):
-    """The per-tile vector work of a final HIVM IR text for tiles of `tile_elems`."""
+    """The per-tile vector work of a final HIVM IR text for tiles of `tile_elems`: calls by
+    name and by table row (with their cycles), the total (None if any call is unknown)."""
     per_tile, conditional, _ = tile_loop_calls(text)
-    calls, by_kind, unknown, analogy = {}, {}, [], []
+    by_kind, unknown, analogy = {}, set(), set()
     total = 0.0
     for name in per_tile:
-        calls[name] = calls.get(name, 0) + 1
         row, key, alias = classify(name)
         if row is None:
-            unknown.append("%s (%s)" % (name, key))
+            unknown.add("%s (%s)" % (name, key))
             continue
         if alias:
-            analogy.append(name)
-        c = call_cycles(name, tile_elems)
-        total += c
+            analogy.add(name)
+        k, b = table()["rows"][row][key]
         kind = by_kind.setdefault(row, {"calls": 0, "cycles": 0.0})
         kind["calls"] += 1
-        kind["cycles"] += c
-    tail = {}
-    for name in conditional:
-        tail[name] = tail.get(name, 0) + 1
-    return {"tile_elems": tile_elems, "calls": calls, "n_calls": len(per_tile),
-            "by_kind": by_kind, "vector_cycles": None if unknown else total,
-            "unknown": sorted(set(unknown)), "by_analogy": sorted(set(analogy)),
-            "tail_only": tail}
+        kind["cycles"] += k * tile_elems + b
+        total += k * tile_elems + b
+    return {"calls": dict(collections.Counter(per_tile)), "n_calls": len(per_tile),
+            "by_kind": by_kind,
+            "vector_cycles": None if unknown else total, "unknown": sorted(unknown),
+            "by_analogy": sorted(analogy), "tail_only": dict(collections.Counter(conditional))}
 
 
-def hbm_cost(target, vector_cores, tile_elems, dtypes):
+def hbm_cost(target, vector_cores, tile_elems, dtypes, vector_cycles=None):
     """The tile's HBM bytes (each tensor once) and, per bandwidth of the target, the cycles
-    they take at a vector core's share of it."""
+    they take at a vector core's share of it, vector / HBM and the bound that wins
+    ('vector', 'HBM', or 'unknown' without vector cycles)."""
     plat = table()["platform"][target]
     nbytes = tile_elems * sum(_plan.DTYPE_BYTES[d] for d in dtypes)
     out = []
     for bw in plat["hbm_bytes_per_s"]:
         per_cycle = bw / vector_cores / plat["clock_hz"]
-        out.append({"bytes_per_s": bw, "bytes_per_cycle": per_cycle,
-                    "cycles": nbytes / per_cycle})
+        h = {"bytes_per_s": bw, "bytes_per_cycle": per_cycle, "cycles": nbytes / per_cycle,
+             "ratio": None, "bound": "unknown"}
+        if vector_cycles is not None:
+            h["ratio"] = vector_cycles / h["cycles"]
+            h["bound"] = "vector" if h["ratio"] > 1.0 else "HBM"
+        out.append(h)
     return nbytes, out
 
 
-def bounds(vector_cycles, hbm):
-    """Per bandwidth: vector / HBM and the bound that wins ('vector', 'HBM', or 'unknown')."""
-    out = []
-    for h in hbm:
-        if vector_cycles is None:
-            out.append(dict(h, ratio=None, bound="unknown"))
-        else:
-            r = vector_cycles / h["cycles"]
-            out.append(dict(h, ratio=r, bound="vector" if r > 1.0 else "HBM"))
-    return out
-
-
-def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm_tile_cycles,
-            bandwidth, shapes=REQUEST_SHAPES):
-    """Predicted kernel time on dense tensors of each shape: each core runs its share of the
-    tiles, a tile taking max(vector, HBM) cycles (copies and computation overlapping
-    perfectly); and the speed against an A100 streaming the same bytes at 90% of its
-    datasheet bandwidth (time_A100 / time_NPU: the request asks for 0.9 or more)."""
+def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
+    """Predicted kernel time on dense tensors of each request shape at one bandwidth (`hbm`,
+    an entry of hbm_cost): each core runs its share of the tiles, a tile taking max(vector,
+    HBM) cycles (copies and computation overlapping perfectly); and the speed against an
+    A100 streaming the same bytes at 90% of its datasheet bandwidth (time_A100 / time_NPU:
+    the request asks for 0.9 or more). The request's shapes are the case list's model sizes."""
+    from ..selfcheck import real_shapes
     t = table()
-    clock = t["platform"][target]["clock_hz"]
     comp = t["competitor"]
     per_elem = sum(_plan.DTYPE_BYTES[d] for d in dtypes)
     rows = []
-    for shape in shapes:
+    for shape in map(tuple, real_shapes()):
         n = math.prod(shape)
-        tiles = _plan.choose_tiles(_plan.collapse(shape, [_dense(shape)]), tile_elems)
-        rounds = -(-tiles.n_tiles // vector_cores)
-        per_tile = None if vector_cycles is None else max(vector_cycles, hbm_tile_cycles)
-        secs = None if per_tile is None else rounds * per_tile / clock
-        row = {"shape": shape, "bytes": n * per_elem, "n_tiles": tiles.n_tiles,
-               "bandwidth": bandwidth, "npu_us": None if secs is None else secs * 1e6}
+        tiles = _plan.choose_tiles(_plan.collapse(shape, [_plan.compact_strides(shape)]),
+                                   tile_elems)
+        secs = None
+        if vector_cycles is not None:
+            rounds = -(-tiles.n_tiles // vector_cores)
+            secs = rounds * max(vector_cycles, hbm["cycles"]) / t["platform"][target]["clock_hz"]
+        row = {"shape": shape, "bytes": n * per_elem,
+               "npu_us": None if secs is None else secs * 1e6}
         for name in ("A100 40GB", "A100 80GB"):
             ta = n * per_elem / (comp[name] * comp["efficiency"])
             row[name + " us"] = ta * 1e6
@@ -185,33 +163,18 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm_tile_cy
     return rows
 
 
-def _dense(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
-def vector_cores(text):
-    """The vector core count of the HIVM IR's target spec."""
-    m = re.search(r'"VECTOR_CORE_COUNT",\s*(\d+)', text)
-    if not m:
-        raise ValueError("the HIVM IR has no VECTOR_CORE_COUNT in its target spec")
-    return int(m.group(1))
-
-
 def model(text, target, dtypes, tile_elems, cores=None):
     """The whole model for one compiled case: vector_cost, the tile's HBM bytes and cycles
     per bandwidth with their ratios, and predictions for the request's shapes at each
     bandwidth. `target` picks the clock and bandwidths; `cores`, the vector cores sharing
-    the bandwidth, defaults to the IR's own target spec."""
-    cores = cores or vector_cores(text)
+    the bandwidth, defaults to the IR's own target spec (VECTOR_CORE_COUNT)."""
+    if cores is None:
+        m = re.search(r'"VECTOR_CORE_COUNT",\s*(\d+)', text)
+        if not m:
+            raise ValueError("the HIVM IR has no VECTOR_CORE_COUNT in its target spec")
+        cores = int(m.group(1))
     vc = vector_cost(text, tile_elems)
-    nbytes, hbm = hbm_cost(target, cores, tile_elems, dtypes)
-    vc.update(vector_cores=cores, tile_bytes=nbytes,
-              hbm=bounds(vc["vector_cycles"], hbm))
-    vc["predictions"] = [
-        predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, h["cycles"],
-                h["bytes_per_s"]) for h in hbm]
+    nbytes, hbm = hbm_cost(target, cores, tile_elems, dtypes, vc["vector_cycles"])
+    vc.update(vector_cores=cores, tile_bytes=nbytes, hbm=hbm, predictions=[
+        predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, h) for h in hbm])
     return vc

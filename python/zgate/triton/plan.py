@@ -9,7 +9,8 @@ into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L r
 columns, Z's row stride P.
 
 choose_tiles() picks the tile from the columns, the rows and a tile size in elements that
-depends only on the target and the dtypes (tile_elems): no search, no autotuning.
+depends only on the target and the dtypes (npu_tile, GPU_TILE): no search, no autotuning.
+kernel_arguments() turns a plan into the kernel's arguments by name.
 """
 import functools
 from typing import NamedTuple, Sequence, Tuple
@@ -17,6 +18,9 @@ from typing import NamedTuple, Sequence, Tuple
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 INT32_MAX = 2 ** 31 - 1
 MIN_BLOCK_C = 16          # 32 bytes of a 16-bit type: the NPU's UB alignment
+# The kernel slot each tensor of an op fills, in the op's public order; the backward's
+# order is the kernel's own.
+SLOTS = {"bwd": ("dout", "z", "o", "dz", "dos"), "fwd": ("o", "z", "dz")}
 
 
 class Layout(NamedTuple):
@@ -32,9 +36,19 @@ class Tiles(NamedTuple):
     n_tiles: int
 
 
+def compact_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    """Element strides of a compact row-major tensor of `shape`."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
 def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
-    """Layout of tensors of one `shape` with the given element strides, or None when some
-    tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor)."""
+    """Layout of tensors of one 4-D `shape` with the given element strides, or None when some
+    tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor).
+    Once the columns are taken at most three dims remain, so at most three levels."""
     dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
     if not dims:
         dims = [(1, [1] * len(strides))]
@@ -50,21 +64,9 @@ def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
             levels[-1] = (levels[-1][0] * n, levels[-1][1])
         else:
             levels.append((n, st))
-    if len(levels) > 3:   # unreachable for 4-D shapes; kept as a guard for other ranks
-        raise ValueError("zgate.triton: a layout with more than four levels")
-    while len(levels) < 3:
-        levels.append((1, [0] * len(strides)))
+    levels += [(1, [0] * len(strides))] * (3 - len(levels))
     (n_rows, sr), (n_qb, sb), (n_qa, sa) = levels
-    return Layout((n_qa, n_qb, n_rows, n_cols),
-                  tuple((a, b, r) for a, b, r in zip(sa, sb, sr)))
-
-
-def _pow2_floor(n: int) -> int:
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << (max(n, 1) - 1).bit_length()
+    return Layout((n_qa, n_qb, n_rows, n_cols), tuple(zip(sa, sb, sr)))
 
 
 # What a tile costs beyond its elements (the loop step, the scalar base arithmetic, a copy's
@@ -79,24 +81,19 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
     int32."""
     n_qa, n_qb, n_rows, n_cols = layout.sizes
     row_stride = max([abs(st[2]) for st in layout.strides] + [0])
-
-    def shape(c):
-        r = max(1, min(tile_elems // c, _pow2_ceil(n_rows)))
-        while r > 1 and (r - 1) * row_stride + c > INT32_MAX:
-            r //= 2
-        return r, c
-
+    rows_pow2 = 1 << (max(n_rows, 1) - 1).bit_length()
     best = None
     c = MIN_BLOCK_C
     while c <= tile_elems:
-        r, _ = shape(c)
+        r = max(1, min(tile_elems // c, rows_pow2))
+        while r > 1 and (r - 1) * row_stride + c > INT32_MAX:
+            r //= 2
         n_tiles = n_qa * n_qb * -(-n_rows // r) * -(-n_cols // c)
         cost = n_tiles * (r * c + TILE_COST)
         if best is None or cost <= best[0]:
-            best = (cost, r, c, n_tiles)
+            best = (cost, Tiles(r, c, n_tiles))
         c *= 2
-    _, block_r, block_c, n_tiles = best
-    return Tiles(block_r, block_c, n_tiles)
+    return best[1]
 
 
 # Tile sizes in elements, no search. Ascend 910B: the largest power of two that
@@ -120,21 +117,29 @@ def npu_tile(op: str, dtypes: Sequence[str]) -> int:
     return NPU_TILE
 
 
-def tile_elems(device_type: str, op: str, dtypes: Sequence[str]) -> int:
-    return npu_tile(op, dtypes) if device_type == "npu" else GPU_TILE
-
-
 @functools.lru_cache(maxsize=512)
 def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile: int):
     """(copied, layout, tiles) of one call, cached by shape, strides and tile size (a call
     repeated in a training step is planned once). copied[i]: tensor i's innermost dim is not
     contiguous, so it goes through a compact copy; the layout is that of what the kernel
     then sees."""
-    compact, step = [], 1
-    for n in reversed(shape):
-        compact.append(step)
-        step *= n
-    compact = tuple(reversed(compact))
     copied = tuple(collapse(shape, [s]) is None for s in strides)
+    compact = compact_strides(shape)
     layout = collapse(shape, [compact if c else s for c, s in zip(copied, strides)])
     return copied, layout, choose_tiles(layout, tile)
+
+
+def kernel_arguments(op, ptrs, layout, tiles):
+    """(runtime args by name, constexprs by name). `ptrs` in the op's public order: bwd
+    (dout, z, o, dz, dout_scaled), fwd (o, z, out): torch tensors, or anything with
+    data_ptr(), a Triton dtype string and element_size(). The forward's unused slots get z's
+    pointer and strides; the kernel does not touch them."""
+    by_slot = dict(zip(SLOTS[op], zip(ptrs, layout.strides)))
+    args = dict(zip(("n_qa", "n_qb", "n_rows", "n_cols"), layout.sizes))
+    for name in SLOTS["bwd"]:
+        ptr, (sa, sb, sr) = by_slot.get(name, by_slot["z"])
+        args.update({name + "_ptr": ptr, name + "_sa": sa, name + "_sb": sb, name + "_sr": sr})
+    outs = [p for p, n in zip(ptrs, SLOTS[op]) if n in ("dz", "dos")]
+    consts = {"BACKWARD": op == "bwd", "LEAN": all(p.element_size() == 2 for p in outs),
+              "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
+    return args, consts
