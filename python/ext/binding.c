@@ -185,16 +185,14 @@ static int kind_stream(Kind *k, int id, Call *c) {
 typedef struct {
   DLTensor t;
   int64_t shape[MAX_NDIM], strides[MAX_NDIM];
-  Py_buffer buf;
-  int has_buf;
+  Py_buffer buf; /* held where buf.obj is not NULL */
   void *managed;   /* a DLPack tensor taken from a capsule: its deleter called by release */
   int versioned;
   PyObject *held;  /* an object the view reads (alt's uint16 view of a bfloat16 array) */
 } View;
 
 static void release(View *v) {
-  if (v->has_buf) PyBuffer_Release(&v->buf);
-  v->has_buf = 0;
+  if (v->buf.obj) PyBuffer_Release(&v->buf); /* sets buf.obj NULL */
   Py_CLEAR(v->held);
   if (v->managed) {
     PyObject *et, *ev, *tb; /* a deleter may run Python code: not with an exception set */
@@ -260,7 +258,6 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
     if (PyObject_GetBuffer(v->held, &v->buf, PyBUF_RECORDS_RO)) return -1;
     bf16 = 1;
   }
-  v->has_buf = 1;
   Py_buffer *b = &v->buf;
   if (output && b->readonly) return fail(-1, "%s is a read-only array", name), -1;
   if (b->format[0] == '>' || b->format[0] == '!')
