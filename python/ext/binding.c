@@ -14,12 +14,11 @@
  * validation is the library's. A refused call raises zgate.Error (zgate._errors) with the
  * library's status and message; the GIL is released around the library call.
  *
- * Stream: a call runs on one CUDA stream, set by the first of its CUDA arrays that names one:
- * an EXCHANGE or DLPACK array names its framework's current stream, a CAI array the stream
- * of its dict ('stream' None or absent: none). DLPACK arrays are asked to make their data
- * ready on the call's stream (__dlpack__(stream=)); so is a CAI array that names another
- * stream, or whose typestr cannot name its dtype (bfloat16), where its type has __dlpack__.
- * No array names one: the legacy default stream.
+ * Stream: a call runs on one CUDA stream, named by the first of its CUDA arrays that names
+ * one (EXCHANGE, DLPACK: the framework's current stream; CAI: its dict's 'stream'), else the
+ * legacy default stream. DLPACK arrays make their data ready on it (__dlpack__(stream=)); so
+ * does a CAI array that names another stream or has no typestr for its dtype (bfloat16),
+ * where its type has __dlpack__.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -134,34 +133,33 @@ static const dl_exchange_api *exchange_api(PyObject *cap) {
              ? api : NULL;
 }
 
-/* The Kind of x's type: cached, else built from zgate._kinds.classify(type). */
-static Kind *kind_of(PyObject *x) {
-  PyTypeObject *t = Py_TYPE(x);
-  if (t == last_type) return last_kind;
-  PyObject *cap = PyDict_GetItemWithError(kinds, (PyObject *)t);
-  if (!cap) {
-    if (PyErr_Occurred()) return NULL;
-    if (!classify) return PyErr_SetString(PyExc_RuntimeError, "zgate._binding: not configured"), NULL;
-    PyObject *spec = PyObject_CallOneArg(classify, (PyObject *)t);
-    Kind *k = spec ? PyMem_Calloc(1, sizeof *k) : NULL;
-    if (k && PyArg_ParseTuple(spec, "iOOOOOOp", &k->mode, &cap, &k->like, &k->written,
-                              &k->fallback, &k->stream, &k->alt, &k->mutable_)) {
-      k->spec = spec;
-      if (k->mode == M_EXCHANGE && !(k->api = exchange_api(cap))) k->mode = M_DLPACK;
-      if ((cap = PyCapsule_New(k, "zgate.kind", kind_free))) {
-        int r = PyDict_SetItem(kinds, (PyObject *)t, cap);
-        Py_DECREF(cap); /* the dict holds it */
-        if (r) return NULL;
-        last_type = t;
-        return last_kind = k;
-      }
-    } else if (spec && !k) {
-      PyErr_NoMemory();
-    }
+/* A new Kind for type t from zgate._kinds.classify(t), in a capsule kept in `kinds`
+ * (borrowed), or NULL with the exception set. */
+static PyObject *new_kind(PyTypeObject *t) {
+  if (!classify) return PyErr_SetString(PyExc_RuntimeError, "zgate._binding: not configured"), NULL;
+  PyObject *spec = PyObject_CallOneArg(classify, (PyObject *)t), *api, *cap = NULL;
+  Kind *k = spec ? PyMem_Calloc(1, sizeof *k) : NULL;
+  if (spec && !k) PyErr_NoMemory();
+  if (!k || !PyArg_ParseTuple(spec, "iOOOOOOp", &k->mode, &api, &k->like, &k->written,
+                              &k->fallback, &k->stream, &k->alt, &k->mutable_) ||
+      !(cap = PyCapsule_New(k, "zgate.kind", kind_free))) {
     Py_XDECREF(spec);
     PyMem_Free(k);
     return NULL;
   }
+  k->spec = spec;
+  if (k->mode == M_EXCHANGE && !(k->api = exchange_api(api))) k->mode = M_DLPACK;
+  int r = PyDict_SetItem(kinds, (PyObject *)t, cap);
+  Py_DECREF(cap); /* the dict holds it */
+  return r ? NULL : cap;
+}
+
+/* The Kind of x's type: the last one looked up, else from `kinds`, else a new one. */
+static Kind *kind_of(PyObject *x) {
+  PyTypeObject *t = Py_TYPE(x);
+  if (t == last_type) return last_kind;
+  PyObject *cap = PyDict_GetItemWithError(kinds, (PyObject *)t);
+  if (!cap && (PyErr_Occurred() || !(cap = new_kind(t)))) return NULL;
   last_type = t;
   return last_kind = PyCapsule_GetPointer(cap, "zgate.kind");
 }
@@ -187,27 +185,22 @@ static int kind_stream(Kind *k, int id, Call *c) {
 typedef struct {
   DLTensor t;
   int64_t shape[MAX_NDIM], strides[MAX_NDIM];
-  Py_buffer buf;
-  int has_buf;
+  Py_buffer buf; /* held where buf.obj is not NULL */
   void *managed;   /* a DLPack tensor taken from a capsule: its deleter called by release */
   int versioned;
   PyObject *held;  /* an object the view reads (alt's uint16 view of a bfloat16 array) */
 } View;
 
 static void release(View *v) {
-  if (v->has_buf) PyBuffer_Release(&v->buf);
-  v->has_buf = 0;
+  if (v->buf.obj) PyBuffer_Release(&v->buf); /* sets buf.obj NULL */
   Py_CLEAR(v->held);
   if (v->managed) {
     PyObject *et, *ev, *tb; /* a deleter may run Python code: not with an exception set */
     PyErr_Fetch(&et, &ev, &tb);
-    if (v->versioned) {
-      dl_managed_v *m = v->managed;
-      if (m->deleter) m->deleter(m);
-    } else {
-      dl_managed *m = v->managed;
-      if (m->deleter) m->deleter(m);
-    }
+    dl_managed_v *mv = v->managed;
+    dl_managed *m = v->managed;
+    if (v->versioned && mv->deleter) mv->deleter(mv);
+    if (!v->versioned && m->deleter) m->deleter(m);
     PyErr_Restore(et, ev, tb);
     v->managed = NULL;
   }
@@ -265,7 +258,6 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
     if (PyObject_GetBuffer(v->held, &v->buf, PyBUF_RECORDS_RO)) return -1;
     bf16 = 1;
   }
-  v->has_buf = 1;
   Py_buffer *b = &v->buf;
   if (output && b->readonly) return fail(-1, "%s is a read-only array", name), -1;
   if (b->format[0] == '>' || b->format[0] == '!')
@@ -487,27 +479,23 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
   default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, Py_TYPE(x)->tp_name), -1;
   }
   if (r && !PyErr_ExceptionMatches(Error)) { /* the producer's exception, as the cause */
-    PyObject *t, *cause, *tb;
+    PyObject *t, *cause, *tb, *e;
     PyErr_Fetch(&t, &cause, &tb);
     PyErr_NormalizeException(&t, &cause, &tb);
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
-    PyObject *msg = PyUnicode_FromFormat("%s: could not read %s as an array: %S", name,
-                                         Py_TYPE(x)->tp_name, lines && PyList_GET_SIZE(lines)
-                                                                  ? PyList_GET_ITEM(lines, 0) : Py_None);
-    PyObject *e = msg ? PyObject_CallFunctionObjArgs(Error, Py_None, msg, NULL) : NULL;
-    if (e) {
-      PyException_SetCause(e, cause); /* steals cause */
-      PyErr_SetObject(Error, e);
-    } else {
-      Py_XDECREF(cause);
-    }
-    Py_XDECREF(e);
-    Py_XDECREF(msg);
+    PyErr_Clear();
+    fail(-1, "%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
+         lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
     Py_XDECREF(lines);
     Py_XDECREF(why);
     Py_XDECREF(t);
     Py_XDECREF(tb);
+    PyErr_Fetch(&t, &e, &tb);
+    PyErr_NormalizeException(&t, &e, &tb);
+    if (e) PyException_SetCause(e, cause); /* steals cause */
+    else Py_XDECREF(cause);
+    PyErr_Restore(t, e, tb);
   }
   if (r) release(v);
   else if (c->device < 0 && is_cuda_like((int)v->t.device.device_type)) c->device = v->t.device.device_id;
@@ -520,11 +508,8 @@ static int threads_of(PyObject *n, int *out) {
   if (PyBool_Check(n) || !PyIndex_Check(n))
     return fail(ZGATE_ERR_OPTIONS, "options: num_threads is %R (%s); it takes a whole number: "
                 "0 (the OpenMP default) or a thread count", n, Py_TYPE(n)->tp_name), -1;
-  PyObject *i = PyNumber_Index(n);
-  if (!i) return -1;
   int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
-  Py_DECREF(i);
+  long long v = PyLong_AsLongLongAndOverflow(n, &overflow); /* through n.__index__ */
   if (v == -1 && PyErr_Occurred()) return -1;
   if (overflow || v < INT32_MIN || v > INT32_MAX)
     return fail(ZGATE_ERR_OPTIONS, "options: num_threads is %R, beyond a C int; it takes 0 "

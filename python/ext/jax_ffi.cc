@@ -140,16 +140,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cuda, gate_cuda,
                                   .RemainingRets());
 #endif
 
-// The library's validation of a call with these shapes and DLPack dtypes (bwd: dout, z, o,
-// dz, dout_scaled; fwd: o, z, out), on data-less CPU tensors: ZGATE_OK or
-// ZGATE_ERR_NULL_DATA where the call is valid (nothing is read or written either way), or the
-// status that refuses it, zgate_last_error() then naming the tensor and dimension.
-ZGATE_JAX_EXPORT int zgate_jax_validate(int is_bwd, const int32_t *ndim,
-                                        int64_t *const *shape, const uint8_t *code,
-                                        const uint8_t *bits, int32_t num_threads) {
+// The library's validation of a call on data-less CPU tensors (bwd: dout, z, o, dz,
+// dout_scaled; fwd: o, z, out), each described in `desc` as (ndim, DLPack code, bits, shape...):
+// ZGATE_OK or ZGATE_ERR_NULL_DATA where the call is valid (nothing is read or written either
+// way), or the status that refuses it, zgate_last_error() then naming the tensor and dimension.
+ZGATE_JAX_EXPORT int zgate_jax_validate(int is_bwd, int64_t *desc, int32_t num_threads) {
   DLTensor t[5];
-  for (int i = 0; i < (is_bwd ? 5 : 3); i++)
-    t[i] = DLTensor{nullptr, DLDevice{kDLCPU, 0}, ndim[i], DLDataType{code[i], bits[i], 1},
-                    shape[i], nullptr, 0};
+  for (int i = 0; i < (is_bwd ? 5 : 3); desc += 3 + desc[0], i++)
+    t[i] = DLTensor{nullptr, DLDevice{kDLCPU, 0}, int32_t(desc[0]),
+                    DLDataType{uint8_t(desc[1]), uint8_t(desc[2]), 1}, desc + 3, nullptr, 0};
   return call(is_bwd, t, num_threads, nullptr);
 }

@@ -62,10 +62,8 @@ def bwd(dout, z, o, *, dz=None, dout_scaled=None, inplace=False, num_threads=0):
     legacy default stream.
 
     JAX arrays (dout a JAX array, or any input traced by jax.jit): an XLA custom call on XLA's
-    stream, eagerly or inside jax.jit; new JAX arrays out (given outputs and inplace are
-    refused: JAX arrays are immutable). XLA hands the call compact buffers (a sliced z is
-    copied first). Shapes and dtypes are checked when the call is traced (zgate.Error); a
-    failure inside the running program is JAX's runtime error, with the library's message.
+    stream, eager or jitted, returning new JAX arrays (JAX arrays are immutable: no given
+    outputs, no inplace). Shapes and dtypes are checked when the call is traced (zgate.Error).
     """
     if _compiling():
         from .torch import traced_bwd

@@ -2,8 +2,8 @@
 custom call (zgate/libzgate_jax, python/ext/jax_ffi.cc: one handler per platform for both
 ops), registered with jax.ffi on the first call. One path for the CPU and CUDA GPUs, eager and
 under jax.jit: XLA allocates the outputs and, on a GPU, the kernel runs on XLA's stream,
-ordered with the rest of the program. The call's shapes and dtypes are checked by the library itself when the call is
-traced, so bad input raises zgate.Error at the call, with the library's message.
+ordered with the rest of the program. The library checks the call's shapes and dtypes when
+it is traced, so bad input raises zgate.Error at the call, with the library's message.
 """
 import ctypes
 import operator
@@ -47,22 +47,17 @@ def _load():
 def _dlpack_dtype(dtype):
     """DLPack's (code, bits) of a NumPy/JAX dtype, for the library's check."""
     d = np.dtype(dtype)
-    if d.name == "bfloat16":
-        return 4, 16
-    return {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}.get(d.kind, 3), d.itemsize * 8
+    code = 4 if d.name == "bfloat16" else {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}.get(d.kind, 3)
+    return code, d.itemsize * 8
 
 
 def _validate(lib, arrays, num_threads):
     """The library's check of the call (shapes, dtypes, num_threads), on data-less tensors:
-    bwd (dout, z, o, dz, dout_scaled) or fwd (o, z, out)."""
-    n = len(arrays)
-    shapes = [(ctypes.c_int64 * max(1, len(a.shape)))(*a.shape) for a in arrays]
-    dtypes = [_dlpack_dtype(a.dtype) for a in arrays]
-    st = lib.zgate_jax_validate(
-        int(n == 5), (ctypes.c_int32 * n)(*(len(a.shape) for a in arrays)),
-        (ctypes.POINTER(ctypes.c_int64) * n)(*shapes),
-        (ctypes.c_uint8 * n)(*(c for c, _ in dtypes)),
-        (ctypes.c_uint8 * n)(*(b for _, b in dtypes)), num_threads)
+    bwd (dout, z, o, dz, dout_scaled) or fwd (o, z, out), each described to
+    zgate_jax_validate as (ndim, DLPack code, bits, shape...)."""
+    desc = [v for a in arrays for v in (len(a.shape), *_dlpack_dtype(a.dtype), *a.shape)]
+    st = lib.zgate_jax_validate(int(len(arrays) == 5), (ctypes.c_int64 * len(desc))(*desc),
+                                num_threads)
     if st not in (Status.OK, Status.ERR_NULL_DATA):
         raise Error(st, lib.zgate_last_error().decode())
 

@@ -28,14 +28,6 @@ def _new_like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def _check_same_shape(names, *tensors):
-    names, first = names.split(), tensors[0]
-    for n, t in zip(names[1:], tensors[1:]):
-        torch._check(t.shape == first.shape,
-                     lambda: "zgate: %s has shape %s but %s has %s"
-                     % (n, tuple(t.shape), names[0], tuple(first.shape)))
-
-
 def _bwd(dout: Tensor, z: Tensor, o: Tensor) -> Tuple[Tensor, Tensor]:
     """(dz, dout_scaled) of the gate, as new tensors with dout's dtype."""
     return _binding.bwd(dout, z, o, None, None, False, 0)
@@ -50,18 +42,6 @@ bwd = torch.library.custom_op("zgate::bwd", _bwd, mutates_args=())
 fwd = torch.library.custom_op("zgate::fwd", _fwd, mutates_args=())
 
 
-@bwd.register_fake
-def _bwd_fake(dout, z, o):
-    _check_same_shape("dout z o", dout, z, o)
-    return _new_like(dout), _new_like(dout)
-
-
-@fwd.register_fake
-def _fwd_fake(o, z):
-    _check_same_shape("o z", o, z)
-    return _new_like(o)
-
-
 @torch.library.custom_op("zgate::silu_gate_backward", mutates_args=())
 def _silu_gate_backward(grad_out: Tensor, o: Tensor, z: Tensor) -> Tuple[Tensor, Tensor]:
     """(grad_o, grad_z) of out = o * silu(z): zgate_bwd writing dout_scaled (= grad_o) in o's
@@ -71,23 +51,13 @@ def _silu_gate_backward(grad_out: Tensor, o: Tensor, z: Tensor) -> Tuple[Tensor,
     return grad_o, grad_z
 
 
-@_silu_gate_backward.register_fake
-def _silu_gate_backward_fake(grad_out, o, z):
-    _check_same_shape("grad_out o z", grad_out, o, z)
-    return _new_like(o), _new_like(z)
-
-
-def _fwd_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
 def _fwd_backward(ctx, grad_out):
     # d out / d o = silu(z): dL/do is dout_scaled; dL/dz is dz.
-    o, z = ctx.saved_tensors
-    return torch.ops.zgate.silu_gate_backward(grad_out, o, z)
+    return torch.ops.zgate.silu_gate_backward(grad_out, *ctx.saved_tensors)
 
 
-fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup)
+fwd.register_autograd(_fwd_backward,
+                      setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
 
 
 def silu_gate(o, z):
@@ -127,20 +97,10 @@ def bwd_out(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor, dout_scaled: Tensor)
     _binding.bwd(dout, z, o, dz, dout_scaled, False, 0)
 
 
-@bwd_out.register_fake
-def _bwd_out_fake(dout, z, o, dz, dout_scaled):
-    _check_same_shape("dout z o dz dout_scaled", dout, z, o, dz, dout_scaled)
-
-
 @torch.library.custom_op("zgate::bwd_inplace", mutates_args=("dout", "dz"))
 def bwd_inplace(dout: Tensor, z: Tensor, o: Tensor, dz: Tensor) -> None:
     """bwd writing dz into dz and dout_scaled into dout."""
     _binding.bwd(dout, z, o, dz, None, True, 0)
-
-
-@bwd_inplace.register_fake
-def _bwd_inplace_fake(dout, z, o, dz):
-    _check_same_shape("dout z o dz", dout, z, o, dz)
 
 
 @torch.library.custom_op("zgate::fwd_out", mutates_args=("out",))
@@ -149,15 +109,24 @@ def fwd_out(o: Tensor, z: Tensor, out: Tensor) -> None:
     _binding.fwd(o, z, out, 0)
 
 
-@fwd_out.register_fake
-def _fwd_out_fake(o, z, out):
-    _check_same_shape("o z out", o, z, out)
+# --- fakes and DTensor ------------------------------------------------------------------------
+# Each op's fake checks that its tensors (named in order) share one shape and makes its new
+# outputs. On DTensors every op runs on the local shards: the gate is elementwise, so any
+# placement shared by all tensors of a call (Shard on any dim, Replicate) is kept by the
+# outputs and no data moves; DTensor redistributes other placements to one of these first
+# (Partial, for one, to Replicate).
 
+def _fake(names, new):
+    names = names.split()
 
-# --- DTensor: every op runs on the local shards ----------------------------------------------
-# The gate is elementwise: any placement shared by all tensors of a call (Shard on any dim,
-# Replicate) is kept by the outputs, and no data moves. Inputs of other placements are
-# redistributed by DTensor to one of these first (Partial, for one, to Replicate).
+    def fake(*tensors):
+        for n, t in zip(names[1:], tensors[1:]):
+            torch._check(t.shape == tensors[0].shape,
+                         lambda: "zgate: %s has shape %s but %s has %s"
+                         % (n, tuple(t.shape), names[0], tuple(tensors[0].shape)))
+        return new(*tensors) if new else None
+    return fake
+
 
 def _same_everywhere(n_in, n_out):
     def strategies(*args):
@@ -171,18 +140,22 @@ try:
     from torch.distributed.tensor.experimental import register_sharding
 except ImportError:   # a PyTorch without torch.distributed
     register_sharding = None
-for _name, _n_in, _n_out in (("bwd", 3, 2), ("fwd", 2, 1), ("silu_gate_backward", 3, 2),
-                             ("bwd_out", 5, 0), ("bwd_inplace", 4, 0), ("fwd_out", 3, 0)):
+for _name, _names, _n_out, _new in (
+        ("bwd", "dout z o", 2, lambda dout, z, o: (_new_like(dout), _new_like(dout))),
+        ("fwd", "o z", 1, lambda o, z: _new_like(o)),
+        ("silu_gate_backward", "grad_out o z", 2, lambda g, o, z: (_new_like(o), _new_like(z))),
+        ("bwd_out", "dout z o dz dout_scaled", 0, None),
+        ("bwd_inplace", "dout z o dz", 0, None),
+        ("fwd_out", "o z out", 0, None)):
+    torch.library.register_fake("zgate::" + _name, _fake(_names, _new))
     if register_sharding:
-        register_sharding(getattr(torch.ops.zgate, _name).default)(_same_everywhere(_n_in, _n_out))
+        register_sharding(getattr(torch.ops.zgate, _name).default)(
+            _same_everywhere(len(_names.split()), _n_out))
 
-# torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the hot path registered for those dispatch
-# keys directly. custom_op registers its kernel for CompositeExplicitAutograd behind Python
-# wrappers of its own (a per-device table, dynamo's disable wrapper, an aliasing check: about
-# 1.4 us a call on a 2-core CPU machine); a kernel for the device's own key is chosen before
-# it, and calls the same function. Other devices (an NPU, Meta through the fake) keep
-# custom_op's kernels; autograd and the fake are unchanged. The Library object is kept: the
-# registrations last as long as it does.
+# torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the same functions registered for those
+# dispatch keys, which are chosen before custom_op's CompositeExplicitAutograd kernel and skip
+# its Python wrappers (about 1.4 us a call on a 2-core CPU). Other devices, autograd and the
+# fake keep custom_op's. The registrations last as long as the Library object.
 _device_kernels = torch.library.Library("zgate", "IMPL")
 for _key in ("CPU", "CUDA"):
     _device_kernels.impl("bwd", _bwd, _key)
