@@ -211,13 +211,9 @@ def judge_case(case, arrays, outs, f32_ulps, gold=None, interp=False):
     return rows
 
 
-def stored(got):
-    """An output as a golden file stores it (bfloat16 as its bits)."""
-    return got.view(np.uint16) if got.dtype == BF16 else got
-
-
 def load_golden(path, seed, names):
-    """The stored outputs of a golden run, or ValueError saying why they do not fit this one."""
+    """The stored outputs of a golden run (bfloat16 as its bits: .npz has no bfloat16), or
+    ValueError saying why they do not fit this one."""
     try:
         gold = np.load(path)
         theirs = int(gold["__seed__"])
@@ -230,7 +226,3 @@ def load_golden(path, seed, names):
         raise ValueError("%s has no outputs of %d cases of this run (%s)" % (
             path, len(missing), ", ".join(missing[:3])))
     return gold
-
-
-def outputs_ok(outputs):
-    return all(m["ok"] and m.get("golden_ok", True) for m in outputs)

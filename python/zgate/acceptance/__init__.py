@@ -1,18 +1,14 @@
 """python -m zgate.acceptance: the request's verdict on one device, precision and speed.
 
 The case list (check/cases.def) on the same seeded inputs everywhere, judged against the
-float64 reference and, with --golden, another device's outputs (--save-golden stores them).
---precision-only: the whole list (every dtype mix, in place, permuted, size 0; --quick its
-small shapes), nothing timed, no baseline. Otherwise its cases with one dtype (bfloat16,
-float32), dense and Z as a view into the input projection, backward and forward (--quick: the
-small shapes plus the smallest real shape), also timed: the device kernel time from the
-framework's profiler beside the event-timed wall time and a copy of the same bytes; with
---baseline, PASS when the geomean of the time ratios is at least 0.9 over the cases whose
-ideal transfer time at the measured copy bandwidth is 10 us or more (two at least). --impl:
-zgate (the C library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda, or on
-cpu under TRITON_INTERPRET=1 with --precision-only), upstream (mamba_ssm's dzdo kernel as its
-compute_dzdo launches it, backward only; installed or from --upstream-path).
-docs/operator.md gives the procedure on the GPU and the NPU.
+float64 reference and, with --golden, another device's outputs. --precision-only: the whole
+list (every dtype mix, in place, permuted, size 0), nothing timed. Otherwise its cases with
+one dtype (bfloat16, float32), dense or Z as a view (--quick adds the smallest real shape),
+also timed; with --baseline, PASS when the geomean of the time ratios is at least 0.9 over
+the cases whose ideal transfer time is 10 us or more (two at least). --impl: zgate (the C
+library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda, or on cpu under
+TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel, backward only). docs/operator.md
+gives the procedure on the GPU and the NPU.
 
 Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
 did not run; 2 bad arguments (refused before any work).
@@ -204,7 +200,7 @@ def main(argv=None):
         row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,
                         copy_gbps, interp)
         for j, g in enumerate(row.pop("outs") or ()):
-            saved["%s|%d" % (case.name, j)] = C.stored(g)
+            saved["%s|%d" % (case.name, j)] = g.view(np.uint16) if g.dtype == C.BF16 else g
         rows.append(row)
         k = row.get("kernel")
         print("%-44s %s" % (case.name, row["error"] or "%s%s" % (

@@ -1,10 +1,9 @@
 """The devices of the acceptance run: NumPy arrays on the CPU, PyTorch tensors on CUDA, the
 NPU or the CPU (the Triton interpreter). Each puts arrays there with their strides, makes
-NaN-poisoned outputs and brings results back; the timed ones add a cache flush and three
-timings: kernel_us (device kernel time from the framework's profiler; the call's wall time on
-the CPU), wall_us (event-timed wall time of one call, cache flushed before each) and copy_call
-(a copy of given bytes, to be timed like the operator). The NPU-only parts (the
-kernel_details.csv reader, the do_bench_npu adaptor) are plain functions.
+NaN-poisoned outputs, brings results back, flushes its cache and times: kernel_us (device
+kernel time from the framework's profiler; the call's wall time on the CPU), wall_us
+(event-timed wall time of one call, cache flushed before each), copy_call (a copy of given
+bytes, timed like the operator). The NPU-only parts are plain functions.
 """
 import csv
 import glob
@@ -276,19 +275,16 @@ def open_device(name, flush_mb=None, tensors=False):
 
 
 def to_torch(torch, a, dev):
-    """A tensor on `dev` with a's values and strides, never sharing a's memory."""
-    if a.flags.c_contiguous:
-        c = np.array(a, copy=True)
-        t = torch.from_numpy(c.view(np.int16)).view(torch.bfloat16) if a.dtype == C.BF16 \
-            else torch.from_numpy(c)
-        return t.to(dev)
-    # keep the view: copy the whole base buffer, then take the same strides
-    base = a.base if a.base is not None else a
-    while base.base is not None and isinstance(base.base, np.ndarray):
+    """A tensor on `dev` with a's values and strides, never sharing a's memory: a copy of the
+    buffer a views (cases.inputs makes it contiguous), viewed as a views it."""
+    base = a
+    while isinstance(base.base, np.ndarray):
         base = base.base
-    tb = to_torch(torch, np.ascontiguousarray(base), dev).reshape(-1)
+    flat = np.array(base, copy=True, order="C").reshape(-1)
+    t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16) if a.dtype == C.BF16 \
+        else torch.from_numpy(flat)
     off = (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // a.itemsize
-    return tb.as_strided(a.shape, [s // a.itemsize for s in a.strides], off)
+    return t.to(dev).as_strided(a.shape, [s // a.itemsize for s in a.strides], off)
 
 
 def from_torch(t):
