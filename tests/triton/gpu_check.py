@@ -1,7 +1,7 @@
 """zgate.triton on an NVIDIA GPU (upstream Triton): the case list on CUDA tensors (the
 acceptance run, precision only), judged against the float64 reference and against zgate's
-CUDA kernels on the same inputs (golden),
-and a tensor of more than 2^31 elements (64-bit offsets). Run on a GPU machine:
+CUDA kernels on the same inputs (golden), and a tensor of more than 2^31 elements (64-bit
+offsets). Run on a GPU machine:
     python3 tests/triton/gpu_check.py OUTDIR
 Exit status 0 when everything passed."""
 import os
