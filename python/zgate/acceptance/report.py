@@ -164,8 +164,9 @@ def markdown(run, cmp, crits, lang="en"):
     ok = lambda b: "**PASS**" if b else "**FAIL**"     # noqa: E731
     L = ["# " + t["title"] % (m["impl"], m["device_name"]), "", "## " + t["env"], ""]
     L += ["- %s: %s" % kv for kv in sorted(m["versions"].items())]
-    L += ["- seed %s, %s, %d cases" % (m["seed"], "--quick" if m["quick"] else "full list",
-                                        len(run["cases"])), "", "## " + t["crit"], ""]
+    L += ["- seed %s, %s%s, %d cases" % (m["seed"], "--quick" if m["quick"] else "full list",
+                                          ", --precision-only" if m.get("precision_only")
+                                          else "", len(run["cases"])), "", "## " + t["crit"], ""]
     for key, good, fig in crits:
         arg = {"ref": m["f32_ulps"], "golden": m.get("golden"),
                "speed": m.get("baseline")}.get(key)
