@@ -25,7 +25,7 @@ import triton
 import zgate
 import zgate.triton
 from zgate._mamba import import_upstream_dzdo
-from zgate.selfcheck import real_shapes
+from zgate.cases import real_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("zgate", "triton", "eager", "compile", "orig")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from zgate import selfcheck
+from zgate import cases
 from zgate.triton import ascend, costmodel, plan
 
 TYPES = ("float32", "float16", "bfloat16")
@@ -216,7 +216,7 @@ def test_predictions_against_an_a100(tmp_path):
                                      keep_dir=str(tmp_path))
     c = r["cost"]
     rows = c["predictions"][0]
-    shapes = [tuple(s) for s in selfcheck.real_shapes()]
+    shapes = [tuple(s) for s in cases.real_shapes()]
     assert [p["shape"] for p in rows] == shapes and len(shapes) == 8
     p = rows[shapes.index((4, 4096, 64, 64))]
     assert p["bytes"] == 4 * 4096 * 64 * 64 * 10

@@ -28,7 +28,7 @@ def recorded(times, copy_us=None, bound=(), seed=7, names=None):
                      "wall": {"median": t}, "copy": {"median": c}})
     meta = {"seed": seed, "impl": "zgate", "device_name": "test", "versions": {"zgate": "x"},
             "quick": True, "timer": "recorded", "repeats": 1, "warmup": 0, "flush_mb": 1,
-            "copy_gbps": 100.0, "baseline": "base.json", "golden": None}
+            "copy_gbps": 100.0, "baseline": "base.json", "golden": None, "f32_ulps": 4}
     return {"meta": meta, "cases": rows}
 
 
@@ -84,7 +84,7 @@ def test_mismatch_is_refused_by_name():
         R.check_compatible({"seed": 7}, ["bwd b", "bwd a"], base, "base.json")
 
 
-# --- the judge of both commands: zgate.selfcheck.judge, the C policy -------------------------
+# --- the judge: zgate.cases.judge, the C policy ------------------------------------------------
 
 def _steps(a, i, k):
     """a copy of float array a with element i moved k representable values away from zero."""
@@ -108,7 +108,7 @@ def _fwd_case(rng, dtype):
 
 def test_judge_refuses_a_few_ulps_off(rng):
     import zgate
-    from zgate.selfcheck import judge
+    from zgate.cases import judge
     o, z, out, ref, good = _fwd_case(rng, np.float32)
     i = int(good[0])
     assert judge("out", zgate.fwd(o, z), ref, None, z, o)["ok"]
@@ -129,7 +129,7 @@ def test_judge_refuses_a_few_ulps_off(rng):
 
 def test_judge_bfloat16_and_the_interpreters_truncation(rng):
     import zgate
-    from zgate.selfcheck import BF16, as_rounded_to_nearest, judge
+    from zgate.cases import BF16, as_rounded_to_nearest, judge
     o, z, out, ref, good = _fwd_case(rng, BF16)
     i = int(good[0])
     assert judge("out", zgate.fwd(o, z), ref, None, z, o)["ok"]
@@ -264,15 +264,35 @@ def test_golden_off_by_one_percent_fails(tmp_path):
     assert "**FAIL** precision against the golden run" in out.read_text()
 
 
+def test_precision_only_runs_the_whole_list_untimed(tmp_path, capsys):
+    from zgate import cases as C
+    j, md = tmp_path / "r.json", tmp_path / "r.md"
+    assert A.main(["--device", "cpu", "--quick", "--precision-only", "--json", str(j),
+                   "--output", str(md)]) == 0
+    res = json.loads(j.read_text())
+    names = [r["case"] for r in res["cases"]]
+    assert names == [c.name for c in C.cases(quick=True)]
+    for kind in (" mixed ", " inplace", " permuted", " 2x0x4x8 "):   # beyond the timed list
+        assert any(kind in n + " " for n in names), kind
+    assert all("kernel" not in r and "ideal_us" not in r for r in res["cases"])
+    assert res["meta"]["copy_gbps"] is None
+    assert [c[:2] for c in res["criteria"]] == [["ref", True], ["ran", True]]
+    assert "| case | MB | precision (error / bound) | max ulps |" in md.read_text()
+    assert A.main(SMALL + ["--precision-only", "--save-baseline", str(tmp_path / "b.json")]) == 2
+    assert A.main(["--device", "cpu", "--impl", "triton", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "--precision-only times nothing" in err and "add --precision-only" in err
+
+
 def _two_threads_speedup():
     """How much faster two threads are than one on this machine right now, timed as the run
     times them (the device's wall time, cache flushed)."""
     import zgate
-    from zgate import selfcheck as S
+    from zgate import cases as C
     from zgate.acceptance import run as U
     dev = D.Cpu(4)
     case = next(c for c in U.case_list(True) if c.shape == (2, 2048, 24, 64))
-    ins = S.inputs(case, 1)
+    ins = C.inputs(case, 1)
     med = {n: np.median(dev.wall_us(U.zgate_impl(zgate, n)(dev, case, ins)[0], 1, 9))
            for n in (1, 2)}
     return float(med[1] / med[2])

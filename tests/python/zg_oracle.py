@@ -1,10 +1,10 @@
 """The tests' judge: zgate's accuracy policy, check/zgate_check.c through
-zgate._binding.check_tensor (zgate.selfcheck.judge), against the library's float64 reference
-(zgate.reference_bwd/fwd); and the tests' random inputs (the self-check's)."""
+zgate._binding.check_tensor (zgate.cases.judge), against the library's float64 reference
+(zgate.reference_bwd/fwd); and the tests' random inputs (zgate.cases)."""
 import numpy as np
 
 import zgate
-from zgate.selfcheck import BF16, F32_ULPS, judge, random_inputs as inputs  # noqa: F401
+from zgate.cases import BF16, F32_ULPS, judge, random_inputs as inputs  # noqa: F401
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 
@@ -12,7 +12,7 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 def check(quantity, got, ref, dout, z, o, f32_ulps=F32_ULPS):
     """Assert that `got`, output `quantity` ("dz", "dout_scaled" or "out"; NumPy, any float
     dtype), meets the policy against the float64 `ref` computed from the NumPy inputs (dout
-    None for "out"). f32_ulps: the float32 bound in ulps of the scale (zgate.selfcheck.judge)."""
+    None for "out"). f32_ulps: the float32 bound in ulps of the scale (zgate.cases.judge)."""
     got = np.asarray(got)
     st = judge(quantity, got, ref, dout, z, o, f32_ulps)
     if not st["ok"]:

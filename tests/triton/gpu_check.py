@@ -1,6 +1,7 @@
-"""zgate.triton on an NVIDIA GPU (upstream Triton): the self-check on CUDA tensors, judged
-against the float64 reference and against zgate's CUDA kernels on the same inputs (golden),
-and a tensor of more than 2^31 elements (64-bit offsets). Run on a GPU machine:
+"""zgate.triton on an NVIDIA GPU (upstream Triton): the case list on CUDA tensors (the
+acceptance run, precision only), judged against the float64 reference and against zgate's
+CUDA kernels on the same inputs (golden), and a tensor of more than 2^31 elements (64-bit
+offsets). Run on a GPU machine:
     python3 tests/triton/gpu_check.py OUTDIR
 Exit status 0 when everything passed."""
 import os
@@ -10,7 +11,8 @@ import time
 import torch
 
 import zgate
-from zgate import selfcheck   # the installed package (zgate.bwd needs its compiled binding)
+from zgate import acceptance, cases  # the installed package (zgate.bwd needs its binding)
+from zgate.acceptance.device import from_torch
 import zgate.triton as zt
 
 
@@ -31,10 +33,10 @@ def big_case():
     idx = [0, 1, shape[0] - 1] + torch.randint(0, shape[0], (3,)).tolist()
     for b in idx:
         for l in (0, shape[1] - 1, int(torch.randint(0, shape[1], (1,)))):
-            host = [selfcheck.from_torch(t[b, l]) for t in (dout, z, o, dz, dos)]
+            host = [from_torch(t[b, l]) for t in (dout, z, o, dz, dos)]
             refs = zgate.reference_bwd(*host[:3])
             for name, got, ref in zip(("dz", "dout_scaled"), host[3:], refs):
-                st = selfcheck.judge(name, got, ref, *host[:3], selfcheck.TRITON_F32_ULPS)
+                st = cases.judge(name, got, ref, *host[:3], cases.TRITON_F32_ULPS)
                 worst, ok = max(worst, st["max_bound_ratio"]), ok and st["ok"]
     print("big (17,16384,128,64) bf16: %.2e elements in %.3f s (first call, compile included), "
           "worst %.2f of the bound on %d sampled rows" % (dout.numel(), secs, worst, len(idx) * 3))
@@ -44,14 +46,12 @@ def big_case():
 def main(out):
     os.makedirs(out, exist_ok=True)
     gold = os.path.join(out, "cuda-golden.npz")
-    rc = selfcheck.main(["--backend", "cuda", "--quick", "--save-golden", gold,
-                         "--output", os.path.join(out, "selfcheck-cuda.md")])
-    rc |= selfcheck.main(["--backend", "triton", "--quick", "--output", os.path.join(out,
-                         "selfcheck-triton.md")])
-    rc |= selfcheck.main(["--backend", "triton", "--quick", "--golden", gold, "--output",
-                          os.path.join(out, "selfcheck-triton-vs-cuda.md")])
+    run = ["--device", "cuda", "--quick", "--precision-only", "--output"]
+    rc = acceptance.main(run + [os.path.join(out, "precision-cuda.md"), "--save-golden", gold])
+    rc |= acceptance.main(run + [os.path.join(out, "precision-triton-vs-cuda.md"), "--impl",
+                                 "triton", "--golden", gold])
     ok = big_case()
-    print("gpu_check: selfcheck rc %d, big case %s" % (rc, "ok" if ok else "FAIL"))
+    print("gpu_check: precision rc %d, big case %s" % (rc, "ok" if ok else "FAIL"))
     return 0 if rc == 0 and ok else 1
 
 

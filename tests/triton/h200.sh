@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # zgate.triton on an NVIDIA GPU (upstream Triton), in one device-machine call. Stages (STAGES
 # picks a subset, in this order; default "build check bench"):
-#   build     the CUDA build (gpu_bench.py and the self-check's golden need libzgate)
-#   check     tests/triton/gpu_check.py: the self-check on CUDA tensors against the float64
-#             reference and, golden, against zgate's CUDA kernels; a tensor past 2^31 elements
+#   build     the CUDA build (gpu_bench.py and the golden CUDA run need libzgate)
+#   check     tests/triton/gpu_check.py: the case list on CUDA tensors against the float64
+#             reference and, golden, against zgate's CUDA kernels (the acceptance run,
+#             precision only); a tensor past 2^31 elements
 #   bench     bench/gpu_bench.py --impls triton: the backward's time against a same-size copy
 #             per shape, dtype and Z layout; last, each row's % of a same-size copy and the
 #             verdict on rows of 256 MB or more (95% or better)

@@ -4,7 +4,7 @@ of special_values.py and on the request's first shape. The bound is zgate's poli
 (check/zgate_check.c): 16-bit outputs within 1 ulp, near the root of 1 + z(1-s) the float32
 bound plus half an ulp. The interpreter converts float32 to bfloat16 by truncation and loses
 bfloat16 subnormals (results and inputs), so bfloat16 outputs are judged as rounded to nearest
-(zgate.selfcheck.as_rounded_to_nearest), and subnormal results and elements with a subnormal
+(zgate.cases.as_rounded_to_nearest), and subnormal results and elements with a subnormal
 bfloat16 input are not judged (tests/ascend holds them to 1 ulp with round-to-nearest-even,
 as the NPU rounds)."""
 import ml_dtypes
@@ -14,7 +14,7 @@ import torch
 
 import zgate
 import zgate.triton as zt
-from zgate.selfcheck import F32_ULPS as LIB_ULPS, as_rounded_to_nearest
+from zgate.cases import F32_ULPS as LIB_ULPS, as_rounded_to_nearest
 from zgate.triton import plan
 from zg_oracle import check
 from special_values import big_for, special_inputs

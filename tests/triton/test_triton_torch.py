@@ -1,36 +1,43 @@
-"""zgate.triton on CPU tensors under the Triton interpreter: the case list of the
-self-check against the float64 reference, guard regions, layouts that need a copy, size 0,
-special values and every refusal. Run in its own process (conftest sets TRITON_INTERPRET)."""
+"""zgate.triton on CPU tensors under the Triton interpreter: the shared case list against the
+float64 reference (the acceptance run, precision only), guard regions, layouts that need a
+copy, size 0, special values and every refusal. Run in its own process (conftest sets
+TRITON_INTERPRET)."""
+import json
+
 import numpy as np
 import pytest
 import torch
 
 import zgate
 import zgate.triton as zt
-from zgate import selfcheck
+from zgate import acceptance, cases
+from zgate.acceptance.device import from_torch
 from zg_oracle import check, inputs
 
-
-def test_selfcheck_case_list(tmp_path):
-    out = tmp_path / "report.md"
-    rc = selfcheck.main(["--backend", "triton", "--quick", "--output", str(out)])
-    text = out.read_text()
-    assert rc == 0, text
-    n = len(selfcheck.cases(quick=True))
-    assert "PASS: %d of %d cases passed" % (n, n) in text
+TRITON = ["--device", "cpu", "--impl", "triton", "--quick", "--precision-only"]
 
 
-def test_selfcheck_golden_round_trip(tmp_path):
+def test_case_list(tmp_path):
+    out, res = tmp_path / "report.md", tmp_path / "results.json"
+    rc = acceptance.main(TRITON + ["--output", str(out), "--json", str(res)])
+    assert rc == 0, out.read_text()
+    rows = json.loads(res.read_text())["cases"]
+    assert [r["case"] for r in rows] == [c.name for c in cases.cases(quick=True)]
+    assert all(r["precision_ok"] and not r["error"] and "kernel" not in r for r in rows)
+    assert "Triton interpreter" in out.read_text()
+
+
+def test_golden_round_trip(tmp_path):
     gold = tmp_path / "gold.npz"
-    args = ["--backend", "triton", "--quick", "--filter", "2x5x3x80"]
-    assert selfcheck.main(args + ["--save-golden", str(gold)]) == 0
-    assert selfcheck.main(args + ["--golden", str(gold)]) == 0
+    args = TRITON + ["--filter", "2x5x3x80"]
+    assert acceptance.main(args + ["--save-golden", str(gold)]) == 0
+    assert acceptance.main(args + ["--golden", str(gold)]) == 0
     # a stored result one bfloat16 ulp off in many places must fail the comparison
     data = dict(np.load(gold))
     key = [k for k in data if " bf16 " in k and k.endswith("|0")][0]
     data[key] = data[key] + np.uint16(2)
     np.savez(gold, **data)
-    assert selfcheck.main(args + ["--golden", str(gold)]) == 1
+    assert acceptance.main(args + ["--golden", str(gold)]) == 1
 
 
 def _t(a):
@@ -52,7 +59,7 @@ def test_bwd_fwd_guards(rng, dtype, shape):
     dz, bz, n = _guarded(shape, dtype)
     dos, bs, _ = _guarded(shape, dtype)
     zt.bwd(dout, z, o, dz=dz, dout_scaled=dos)
-    host = [selfcheck.from_torch(t) for t in (dout, z, o)]
+    host = [from_torch(t) for t in (dout, z, o)]
     rdz, rdos = zgate.reference_bwd(*host)
     _check("dz", dz, rdz, *host)
     _check("dout_scaled", dos, rdos, *host)
@@ -66,8 +73,8 @@ def test_bwd_fwd_guards(rng, dtype, shape):
 def _check(name, t, ref, dout, z, o):
     """The interpreter's bfloat16 outputs judged as rounded to nearest (its conversion
     truncates and loses subnormals), under the Triton kernel's float32 bound."""
-    got, _ = selfcheck.as_rounded_to_nearest(selfcheck.from_torch(t), ref)
-    check(name, got, ref, dout, z, o, selfcheck.TRITON_F32_ULPS)
+    got, _ = cases.as_rounded_to_nearest(from_torch(t), ref)
+    check(name, got, ref, dout, z, o, cases.TRITON_F32_ULPS)
 
 
 def test_headdim_not_contiguous_is_copied(rng):
@@ -79,11 +86,11 @@ def test_headdim_not_contiguous_is_copied(rng):
     zt.bwd(dout, zs, o, dz=dz, dout_scaled=None)
     host = (dout.numpy(), z.numpy(), o.numpy())
     rdz, rdos = zgate.reference_bwd(*host)
-    check("dz", dz.numpy(), rdz, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
+    check("dz", dz.numpy(), rdz, *host, f32_ulps=cases.TRITON_F32_ULPS)
     d2 = dout.transpose(2, 3).contiguous().transpose(2, 3)     # in place through a copy
     _, dos = zt.bwd(d2, z, o, inplace=True)
     assert dos is d2
-    check("dout_scaled", d2.numpy(), rdos, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
+    check("dout_scaled", d2.numpy(), rdos, *host, f32_ulps=cases.TRITON_F32_ULPS)
 
 
 def test_inplace_and_zview(rng):
@@ -98,8 +105,8 @@ def test_inplace_and_zview(rng):
     before = proj.clone()
     dz, dos = zt.bwd(dout, zv, o, inplace=True)
     assert dos is dout and torch.equal(proj, before)
-    check("dz", dz.numpy(), rdz, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
-    check("dout_scaled", dout.numpy(), rdos, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
+    check("dz", dz.numpy(), rdz, *host, f32_ulps=cases.TRITON_F32_ULPS)
+    check("dout_scaled", dout.numpy(), rdos, *host, f32_ulps=cases.TRITON_F32_ULPS)
 
 
 def test_special_values():
@@ -111,8 +118,8 @@ def test_special_values():
     dz, dos = zt.bwd(dout, z, o)
     host = (dout.numpy(), z.numpy(), o.numpy())
     rdz, rdos = zgate.reference_bwd(*host)
-    check("dz", dz.numpy(), rdz, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
-    check("dout_scaled", dos.numpy(), rdos, *host, f32_ulps=selfcheck.TRITON_F32_ULPS)
+    check("dz", dz.numpy(), rdz, *host, f32_ulps=cases.TRITON_F32_ULPS)
+    check("dout_scaled", dos.numpy(), rdos, *host, f32_ulps=cases.TRITON_F32_ULPS)
     assert torch.isfinite(dz[..., :10]).all() and torch.isfinite(dos[..., :10]).all()
 
 

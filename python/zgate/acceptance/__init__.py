@@ -1,21 +1,14 @@
 """python -m zgate.acceptance: the request's verdict on one device, precision and speed.
 
-    python -m zgate.acceptance --device {npu,cuda,cpu} [--quick] [--threads N]
-        [--save-baseline FILE | --baseline FILE] [--save-golden FILE | --golden FILE]
-        [--impl zgate|triton|upstream] [--upstream-path DIR] [--op bwd|fwd] [--filter TEXT]
-        [--output report.md] [--json results.json] [--lang en|zh-CN]
-        [--warmup N] [--repeats N] [--flush-mb N] [--seed N]
-
-The self-check's cases with one dtype per case (bfloat16, float32), dense and Z as a view into
-the input projection, backward and forward, on the same seeded inputs everywhere (--quick: its
-small shapes plus the smallest real shape), judged as the self-check judges them: against the
-float64 reference and, with --golden, another device's outputs. Speed: the device kernel time
-from the framework's profiler beside the event-timed wall time and a copy of the same bytes;
-with --baseline, PASS when the geomean of the time ratios is at least 0.9 over the cases whose
-ideal transfer time at the measured copy bandwidth is 10 us or more (two at least). --impl:
-zgate (the C library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda),
-upstream (mamba_ssm's dzdo kernel as its compute_dzdo launches it, backward only; installed or
-from --upstream-path). docs/operator.md gives the procedure on the GPU and the NPU.
+The case list (check/cases.def) on the same seeded inputs everywhere, judged against the
+float64 reference and, with --golden, another device's outputs. --precision-only: the whole
+list (every dtype mix, in place, permuted, size 0), nothing timed. Otherwise its cases with
+one dtype (bfloat16, float32), dense or Z as a view (--quick adds the smallest real shape),
+also timed; with --baseline, PASS when the geomean of the time ratios is at least 0.9 over
+the cases whose ideal transfer time is 10 us or more (two at least). --impl: zgate (the C
+library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda, or on cpu under
+TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel, backward only). docs/operator.md
+gives the procedure on the GPU and the NPU.
 
 Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
 did not run; 2 bad arguments (refused before any work).
@@ -30,7 +23,7 @@ import sys
 import numpy as np
 
 from .._mamba import import_upstream_dzdo
-from .. import selfcheck as S
+from .. import cases as C
 from . import device as D
 from . import report as R
 from . import run as U
@@ -48,6 +41,8 @@ def _parser():
     ap.add_argument("--upstream-path", metavar="DIR")
     ap.add_argument("--op", choices=("bwd", "fwd"), help="only this operator's cases")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--precision-only", action="store_true",
+                    help="the whole case list, nothing timed, no baseline")
     ap.add_argument("--filter", help="only the cases whose name contains this text")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: OpenMP's default)")
     g = ap.add_mutually_exclusive_group()
@@ -79,13 +74,18 @@ def _check_args(a):
         v = getattr(a, n)
         if v is not None and (v < 0 or (n == "repeats" and v < 1)):
             raise BadArgs("--%s %d is out of range" % (n.replace("_", "-"), v))
-    if a.threads and a.device != "cpu":
-        raise BadArgs("--threads is for --device cpu")
-    allowed = {"cpu": ("zgate",), "cuda": ("zgate", "triton", "upstream"),
+    if a.threads and (a.device, a.impl) != ("cpu", "zgate"):
+        raise BadArgs("--threads is for --device cpu --impl zgate")
+    allowed = {"cpu": ("zgate", "triton"), "cuda": ("zgate", "triton", "upstream"),
                "npu": ("zgate", "upstream")}[a.device]
     if a.impl not in allowed:
         raise BadArgs("--impl %s does not run on --device %s (there: %s)" % (
             a.impl, a.device, ", ".join(allowed)))
+    if (a.device, a.impl) == ("cpu", "triton") and not a.precision_only:
+        raise BadArgs("--impl triton on --device cpu runs under the Triton interpreter, whose "
+                      "speed means nothing: add --precision-only")
+    if a.precision_only and (a.baseline or a.save_baseline):
+        raise BadArgs("--precision-only times nothing: no --baseline or --save-baseline")
     if a.upstream_path and a.impl != "upstream":
         raise BadArgs("--upstream-path is for --impl upstream")
     if a.impl == "upstream" and a.op != "bwd":
@@ -94,7 +94,8 @@ def _check_args(a):
     for p in (a.output, a.json, a.save_baseline, a.save_golden):
         if p:
             _writable(p)
-    cases = [c for c in U.case_list(a.quick, a.op) if not a.filter or a.filter in c.name]
+    cases = [c for c in U.case_list(a.quick, a.op, not a.precision_only)
+             if not a.filter or a.filter in c.name]
     if not cases:
         raise BadArgs("no case matches --filter %r" % a.filter)
     names = [c.name for c in cases]
@@ -108,7 +109,7 @@ def _check_args(a):
             raise BadArgs("baseline %s: %s" % (a.baseline, e)) from None
     if a.golden:
         try:
-            gold = S.load_golden(a.golden, a.seed, names)
+            gold = C.load_golden(a.golden, a.seed, names)
         except ValueError as e:
             raise BadArgs(str(e)) from None
     return cases, base, gold
@@ -172,7 +173,7 @@ def main(argv=None):
     try:
         cases, base, gold = _check_args(a)
         try:
-            dev = D.open_device(a.device, a.flush_mb)
+            dev = D.open_device(a.device, a.flush_mb, tensors=a.impl == "triton")
         except RuntimeError as e:
             raise BadArgs(str(e)) from None
         prepare = _impl(a)
@@ -180,10 +181,13 @@ def main(argv=None):
         print("error: %s" % e, file=sys.stderr)
         return 2
     triton_kernel = a.impl != "zgate" or a.device == "npu"
-    f32_ulps = S.TRITON_F32_ULPS if triton_kernel else S.F32_ULPS
-    copy_gbps = dev.copy_gbps((1 << 30) if a.device != "cpu" else (64 << 20))
+    f32_ulps = C.TRITON_F32_ULPS if triton_kernel else C.F32_ULPS
+    interp = triton_kernel and os.environ.get("TRITON_INTERPRET") == "1"
+    copy_gbps = None if a.precision_only else dev.copy_gbps(
+        (1 << 30) if a.device != "cpu" else (64 << 20))
     meta = {"device": a.device, "device_name": dev.device_name(), "impl": a.impl,
-            "seed": a.seed, "quick": a.quick, "op": a.op, "warmup": a.warmup,
+            "seed": a.seed, "quick": a.quick, "op": a.op, "precision_only": a.precision_only,
+            "f32_ulps": f32_ulps, "interpreter": interp, "warmup": a.warmup,
             "repeats": a.repeats, "flush_mb": dev.flush_bytes >> 20, "copy_gbps": copy_gbps,
             "golden": a.golden, "baseline": a.baseline, "date":
             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -194,14 +198,14 @@ def main(argv=None):
     rows, saved = [], {"__seed__": np.array(a.seed)}
     for case in cases:
         row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,
-                        copy_gbps)
+                        copy_gbps, interp)
         for j, g in enumerate(row.pop("outs") or ()):
-            saved["%s|%d" % (case.name, j)] = S.stored(g)
+            saved["%s|%d" % (case.name, j)] = g.view(np.uint16) if g.dtype == C.BF16 else g
         rows.append(row)
         k = row.get("kernel")
-        print("%-44s %s" % (case.name, row["error"] or "%s %10.1f us%s" % (
-            "ok  " if row["precision_ok"] else "FAIL", k["median"],
-            "  launch-bound" if row["launch_bound"] else "")), flush=True)
+        print("%-44s %s" % (case.name, row["error"] or "%s%s" % (
+            "ok  " if row["precision_ok"] else "FAIL", "" if k is None else " %10.1f us%s" % (
+                k["median"], "  launch-bound" if row["launch_bound"] else ""))), flush=True)
     meta["versions"] = _versions(dev, a)
     res = {"meta": meta, "cases": rows}
     cmp = R.compare(res, base) if base else None

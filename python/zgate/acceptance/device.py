@@ -1,9 +1,9 @@
-"""The devices of the acceptance run: the self-check's (zgate.selfcheck.Host, Torch: put
-arrays there with their strides, poisoned outputs, results back) with a cache flush and three
-timings: kernel_us (device kernel time from the framework's profiler; the call's wall time on
-the CPU), wall_us (event-timed wall time of one call, cache flushed before each) and copy_call
-(a copy of given bytes, to be timed like the operator). The NPU-only parts (the
-kernel_details.csv reader, the do_bench_npu adaptor) are plain functions.
+"""The devices of the acceptance run: NumPy arrays on the CPU, PyTorch tensors on CUDA, the
+NPU or the CPU (the Triton interpreter). Each puts arrays there with their strides, makes
+NaN-poisoned outputs, brings results back, flushes its cache and times: kernel_us (device
+kernel time from the framework's profiler; the call's wall time on the CPU), wall_us
+(event-timed wall time of one call, cache flushed before each), copy_call (a copy of given
+bytes, timed like the operator). The NPU-only parts are plain functions.
 """
 import csv
 import glob
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .. import selfcheck as S
+from .. import cases as C
 
 
 class TimingError(RuntimeError):
@@ -75,7 +75,7 @@ def bench_npu(do_bench_npu, fn, warmup, repeats, prof_dir):
 
 
 class Timing:
-    """What every device adds to the self-check's: kernel_us defaults to wall_us."""
+    """What every device has besides its arrays: kernel_us defaults to wall_us."""
     flush_bytes = 0
     kernel_is_wall = False      # the CPU: one timing serves both
 
@@ -88,22 +88,37 @@ class Timing:
         return nbytes / us * 1e-3
 
     def device_name(self):
-        return self.mod.get_device_name(0)
+        if self.name != "cpu":
+            return self.mod.get_device_name(0)
+        try:
+            with open("/proc/cpuinfo") as f:
+                return next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
+        except (OSError, StopIteration):
+            return platform.processor() or platform.machine()
 
 
-class Cpu(Timing, S.Host):
+class Cpu(Timing):
+    """NumPy arrays in host memory, the C library's CPU path."""
+    name = "cpu"
     kernel_is_wall = True
 
     def __init__(self, flush_mb=16):
         self.flush_bytes = flush_mb << 20
         self._flush = np.zeros(self.flush_bytes // 8)
 
-    def device_name(self):
-        try:
-            with open("/proc/cpuinfo") as f:
-                return next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
-        except (OSError, StopIteration):
-            return platform.processor() or platform.machine()
+    def put(self, a):
+        return a
+
+    def empty(self, shape, dtype, slack=0):
+        """NaN-poisoned, with `slack` more elements after it."""
+        n = int(np.prod(shape))
+        return np.full(n + slack, np.nan, C.np_dtype(dtype))[:n].reshape(shape)
+
+    def get(self, t):
+        return np.array(t)
+
+    def sync(self):
+        pass
 
     def flush(self):
         self._flush += 1.0
@@ -125,15 +140,31 @@ class Cpu(Timing, S.Host):
         return out
 
 
-class _Torch(Timing, S.Torch):
-    """What CUDA and NPU share: events, a flush by zeroing a buffer."""
+class Torch(Timing):
+    """PyTorch tensors on a device, and what CUDA and the NPU share: events, a flush by
+    zeroing a buffer. Torch("cpu"): CPU tensors for the Triton interpreter, never timed."""
 
-    def __init__(self, flush_mb):
-        super().__init__(self.name)
+    def __init__(self, name, flush_mb=0):
+        import torch
+        self.torch, self.name, self.mod = torch, name, getattr(torch, name)
         self.flush_bytes = flush_mb << 20
-        self._flush = self.torch.empty(self.flush_bytes // 4, dtype=self.torch.int32,
-                                       device=self.name)
+        self._flush = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=name)
         self._flush_names = None
+
+    def put(self, a):
+        return to_torch(self.torch, a, self.name)
+
+    def empty(self, shape, dtype, slack=0):
+        n = int(np.prod(shape))
+        buf = self.torch.full((n + slack,), float("nan"), dtype=getattr(self.torch, dtype),
+                              device=self.name)
+        return buf[:n].view(shape)
+
+    def get(self, t):
+        return from_torch(t)
+
+    def sync(self):
+        self.mod.synchronize()
 
     def flush(self):
         self._flush.zero_()
@@ -164,8 +195,9 @@ class _Torch(Timing, S.Torch):
         return per_call(self._profile(fn, repeats), self._flush_names, repeats)
 
 
-class Cuda(_Torch):
-    name = "cuda"
+class Cuda(Torch):
+    def __init__(self, flush_mb):
+        super().__init__("cuda", flush_mb)
 
     def _profile(self, fn, calls):
         from torch.autograd import DeviceType
@@ -181,12 +213,10 @@ class Cuda(_Torch):
         return [(e.name, e.time_range.elapsed_us()) for e in ks]
 
 
-class Npu(_Torch):
-    name = "npu"
-
+class Npu(Torch):
     def __init__(self, flush_mb):
         import torch_npu  # noqa: F401  (registers the npu device)
-        super().__init__(flush_mb)
+        super().__init__("npu", flush_mb)
         self.do_bench_npu = None
         for where in ("triton.backends.ascend.testing", "triton.testing"):  # by release
             try:
@@ -221,14 +251,17 @@ class Npu(_Torch):
             return [(n, us) for n, us, _ in read_kernel_details(found[0])]
 
 
-def open_device(name, flush_mb=None):
-    """The Device, or RuntimeError saying why it cannot be used here."""
-    if name == "cpu":
+def open_device(name, flush_mb=None, tensors=False):
+    """The Device, or RuntimeError saying why it cannot be used here. tensors: PyTorch
+    tensors on the CPU (the Triton interpreter) rather than NumPy arrays."""
+    if name == "cpu" and not tensors:
         return Cpu(flush_mb or 16)
     try:
         import torch
     except ImportError:
         raise RuntimeError("--device %s needs PyTorch: pip install torch" % name) from None
+    if name == "cpu":
+        return Torch("cpu")
     if name == "npu":
         try:
             import torch_npu  # noqa: F401
@@ -239,3 +272,24 @@ def open_device(name, flush_mb=None):
         raise RuntimeError("no %s device is visible to PyTorch" % name.upper())
     # the flush: more than the L2 (50 MB on an A100, 60 MB on an H200, 192 MB on a 910B2)
     return (Cuda if name == "cuda" else Npu)(flush_mb or 256)
+
+
+def to_torch(torch, a, dev):
+    """A tensor on `dev` with a's values and strides, never sharing a's memory: a copy of the
+    buffer a views (cases.inputs makes it contiguous), viewed as a views it."""
+    base = a
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    flat = np.array(base, copy=True, order="C").reshape(-1)
+    t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16) if a.dtype == C.BF16 \
+        else torch.from_numpy(flat)
+    off = (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // a.itemsize
+    return t.to(dev).as_strided(a.shape, [s // a.itemsize for s in a.strides], off)
+
+
+def from_torch(t):
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(C.BF16)
+    return t.contiguous().numpy()

@@ -2,27 +2,30 @@
 import math
 import statistics
 
-from .. import selfcheck as S
+from .. import cases as C
 from .device import TimingError
 
 LAUNCH_BOUND_US = 10.0      # cases whose ideal transfer time is below this are launch-bound
 
 
-def _kept(c):
-    """The acceptance run's part of the self-check's list: one dtype for all tensors (bfloat16
-    or float32), dense or Z as a view into the projection, not in place, not empty (a size-0
-    call launches no kernel: nothing to time; the self-check covers it)."""
+def _timed(c):
+    """The timed run's part of the case list: one dtype for all tensors (bfloat16 or float32),
+    dense or Z as a view into the projection, not in place, not empty (a size-0 call launches
+    no kernel: nothing to time; the precision-only run covers it)."""
     return (not c.inplace and c.layout in ("dense", "zview") and len(set(c.dtypes)) == 1
             and c.dtypes[0] in ("bfloat16", "float32") and math.prod(c.shape) > 0)
 
 
-def case_list(quick, op=None):
-    """quick: the self-check's quick list plus the bfloat16 cases of the smallest real shape,
-    so that cases above the launch-bound line exist on every device."""
-    full = [c for c in S.cases(False) if _kept(c)]
-    out = [c for c in S.cases(True) if _kept(c)] if quick else full
-    if quick:
-        big = min(S.real_shapes(), key=lambda s: (math.prod(s), s))
+def case_list(quick, op=None, timed=True):
+    """Untimed: the whole case list (quick: its small shapes). Timed: its _timed part, and with
+    quick also the bfloat16 cases of the smallest real shape, so that cases above the
+    launch-bound line exist on every device."""
+    out = C.cases(quick)
+    if timed:
+        full = [c for c in C.cases(False) if _timed(c)]
+        out = [c for c in out if _timed(c)] if quick else full
+    if timed and quick:
+        big = min(C.real_shapes(), key=lambda s: (math.prod(s), s))
         out += [c for c in full if c.shape == big and c.dtypes[0] == "bfloat16"]
     return [c for c in out if op in (None, c.op)]
 
@@ -36,8 +39,19 @@ def nbytes(case):
 # --- implementations: prepare(case, device tensors) -> (call, outputs) ------------------------
 
 def zgate_impl(module, threads=0):
+    """prepare for module.bwd / module.fwd (zgate or zgate.triton): new poisoned outputs; in
+    place, dout_scaled is dout (the case list gives it dout's dtype)."""
     kw = {"num_threads": threads} if threads else {}
-    return lambda dev, case, ins: S.gate_call(module, dev, case, ins, **kw)
+
+    def prepare(dev, case, ins):
+        outs = [dev.empty(case.shape, d) for d in case.dtypes[len(ins):]]
+        if case.op == "fwd":
+            return lambda: module.fwd(*ins, out=outs[0], **kw), outs
+        if case.inplace:
+            outs[1] = ins[0]
+            return lambda: module.bwd(*ins, dz=outs[0], inplace=True, **kw), outs
+        return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
+    return prepare
 
 
 def upstream_impl(mod):
@@ -76,12 +90,36 @@ def _stats(us):
     return {"median": statistics.median(us), "min": min(us), "max": max(us), "n": len(us)}
 
 
-def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps):
-    """The case's row: precision (the self-check's check_case) and speed; `error` where it did
-    not run."""
-    row, call = S.check_case(dev, prepare, case, seed, f32_ulps, gold)
-    row.update(op=case.op, shape=list(case.shape), dtype=case.dtypes[0], layout=case.layout,
-               bytes=nbytes(case))
+def check_case(dev, prepare, case, seed, f32_ulps, gold=None, interp=False):
+    """Run the case once on the device and judge its outputs (cases.judge_case): (row, call),
+    the call to time again; row["error"] and no call where it did not run."""
+    arrays = C.inputs(case, seed)
+    row = {"case": case.name, "error": None, "outputs": [], "outs": None, "op": case.op,
+           "shape": list(case.shape), "dtypes": list(case.dtypes), "layout": case.layout,
+           "inplace": case.inplace, "bytes": nbytes(case)}
+    try:
+        ins = [dev.put(a) for a in arrays]
+        if case.inplace:        # dout is written over: the arrays stay as they were
+            ins[0] = dev.put(arrays[0].copy())
+        call, outs = prepare(dev, case, ins)
+        call()
+        dev.sync()
+        row["outs"] = [dev.get(t) for t in outs]
+        row["outputs"] = C.judge_case(case, arrays, row["outs"], f32_ulps, gold, interp)
+        row["precision_ok"] = all(m["ok"] and m.get("golden_ok", True) for m in row["outputs"])
+        return row, call
+    except Exception as e:     # reported per case; a case that did not run fails the run
+        row["error"] = "%s: %s" % (type(e).__name__, e)
+        return row, None
+
+
+def measure(dev, prepare, case, seed, f32_ulps, gold, warmup, repeats, copy_gbps,
+            interp=False):
+    """The case's row: precision (check_case) and, with copy_gbps, speed; `error` where it
+    did not run."""
+    row, call = check_case(dev, prepare, case, seed, f32_ulps, gold, interp)
+    if copy_gbps is None:       # precision only
+        return row
     row["ideal_us"] = row["bytes"] / copy_gbps * 1e-3
     row["launch_bound"] = row["ideal_us"] < LAUNCH_BOUND_US
     if call is None:

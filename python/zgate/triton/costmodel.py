@@ -140,7 +140,7 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
     HBM) cycles (copies and computation overlapping perfectly); and the speed against an
     A100 streaming the same bytes at 90% of its datasheet bandwidth (time_A100 / time_NPU:
     the request asks for 0.9 or more). The request's shapes are the case list's model sizes."""
-    from ..selfcheck import real_shapes
+    from ..cases import real_shapes
     t = table()
     comp = t["competitor"]
     per_elem = sum(_plan.DTYPE_BYTES[d] for d in dtypes)
