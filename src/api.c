@@ -5,8 +5,7 @@
 #include "zgate_internal.h"
 
 void zgate_options_init(zgate_options *opts) {
-  if (!opts) return;
-  *opts = (zgate_options)ZGATE_OPTIONS_INIT;
+  if (opts) *opts = (zgate_options)ZGATE_OPTIONS_INIT;
 }
 
 /* reference: the float64 oracle (float64 tensors admitted, host only, no options) */

@@ -89,20 +89,11 @@ static void zg_collapse(int nd, const int64_t *shape, int64_t (*strides)[ZGATE_M
       merge = !__builtin_mul_overflow(strides[t][d], shape[d], &span) &&
               p->t[t].strides[n - 1] == span;
     }
-    if (merge) {
-      p->shape[n - 1] *= shape[d];
-      for (int t = 0; t < nt; t++) p->t[t].strides[n - 1] = strides[t][d];
-      continue;
-    }
-    p->shape[n] = shape[d];
-    for (int t = 0; t < nt; t++) p->t[t].strides[n] = strides[t][d];
-    n++;
+    if (merge) p->shape[n - 1] *= shape[d];
+    else p->shape[n++] = shape[d];
+    for (int t = 0; t < nt; t++) p->t[t].strides[n - 1] = strides[t][d]; /* the inner one's */
   }
-  if (n == 0) { /* one element, or none */
-    p->shape[0] = p->numel;
-    for (int t = 0; t < nt; t++) p->t[t].strides[0] = 0;
-    n = 1;
-  }
+  if (n == 0) p->shape[n++] = p->numel; /* one element, or none (strides stay 0) */
   p->ndim = n;
 }
 

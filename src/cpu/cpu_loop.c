@@ -166,20 +166,12 @@ static void zg_locate(const zg_plan *pl, int64_t start, zg_pos *at) {
   }
 }
 
-/* Past a piece of `count` rows of len elements starting at *at (count > 1 only for whole
- * rows along dim inner-1, never past its end); idx is the flat index after the piece. */
-static void zg_advance(const zg_plan *pl, zg_pos *at, int64_t len, int64_t count, int64_t idx) {
+/* From the start of a row to the start of the row `count` rows on (count never passes the
+ * end of dim inner-1). Out of line: inlined, it slows the staged loop over short rows. */
+__attribute__((noinline)) static void zg_next_rows(const zg_plan *pl, zg_pos *at, int64_t count) {
   const zg_problem *p = pl->p;
-  const int inner = p->ndim - 1;
-  if (at->j + len < p->shape[inner]) { /* the piece ends inside its row */
-    at->j += len;
-    for (int t = 0; t < pl->nt; t++) at->off[t] += len * p->t[t].strides[inner];
-    return;
-  }
-  for (int t = 0; t < pl->nt; t++) at->off[t] -= at->j * p->t[t].strides[inner];
-  at->j = 0; /* the row's start; now the odometer moves `count` rows on */
-  int d = inner - 1;
-  if (idx >= p->numel || d < 0) return;
+  int d = p->ndim - 2;
+  if (d < 0) return;
   at->c[d] += count;
   for (int t = 0; t < pl->nt; t++) at->off[t] += count * p->t[t].strides[d];
   while (d >= 0 && at->c[d] == p->shape[d]) {
@@ -189,6 +181,22 @@ static void zg_advance(const zg_plan *pl, zg_pos *at, int64_t len, int64_t count
     at->c[d]++;
     for (int t = 0; t < pl->nt; t++) at->off[t] += p->t[t].strides[d];
   }
+}
+
+/* Past a piece of `count` rows of len elements starting at *at (count > 1 only for whole
+ * rows along dim inner-1); idx is the flat index after the piece. */
+static inline void zg_advance(const zg_plan *pl, zg_pos *at, int64_t len, int64_t count,
+                              int64_t idx) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1;
+  if (at->j + len < p->shape[inner]) { /* the piece ends inside its row */
+    at->j += len;
+    for (int t = 0; t < pl->nt; t++) at->off[t] += len * p->t[t].strides[inner];
+    return;
+  }
+  for (int t = 0; t < pl->nt; t++) at->off[t] -= at->j * p->t[t].strides[inner];
+  at->j = 0;
+  if (idx < p->numel) zg_next_rows(pl, at, count);
 }
 
 /* Step 3: elements [start, end) as batches of rows for the row kernel. */
@@ -273,8 +281,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 #ifdef _OPENMP
   nthreads = opts->num_threads > 0 ? opts->num_threads : omp_get_max_threads();
   if (p->numel < ZG_PARALLEL_MIN) nthreads = 1;
-  if ((int64_t)nthreads > nitems) nthreads = (int)nitems;
-  if (nthreads < 1) nthreads = 1;
+  if ((int64_t)nthreads > nitems) nthreads = (int)nitems; /* nitems >= 1: numel > 0 */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
 #endif
   {
