@@ -33,7 +33,7 @@ static void zg_ref_store(const zg_problem *p, int t, const int64_t *i, double v)
 }
 
 int zg_reference_run(const zg_problem *p) {
-  int64_t i[ZG_MAX_DIMS] = {0};
+  int64_t i[ZGATE_MAX_NDIM] = {0};
   for (int64_t n = 0; n < p->numel; n++) {
     double x[3], y[2];
     /* all inputs are read before any output is written: in place is safe */

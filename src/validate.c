@@ -38,11 +38,6 @@
 static const char *const zg_bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
 static const char *const zg_fwd_names[3] = {"o", "z", "out"};
 
-/* Byte range [lo, hi) a tensor can touch; empty when it has no elements. */
-typedef struct zg_range {
-  uintptr_t lo, hi;
-} zg_range;
-
 static int zg_parse_dtype(const char *name, DLDataType dt, int allow_f64, zg_dtype *out) {
   if (dt.lanes != 1)
     return zg_fail(ZGATE_ERR_LANES, "%s: dtype lanes is %u, only 1 is supported", name,
@@ -56,93 +51,22 @@ static int zg_parse_dtype(const char *name, DLDataType dt, int allow_f64, zg_dty
                  (unsigned)dt.code, (unsigned)dt.bits, allow_f64 ? " or float64" : "");
 }
 
-/* Where a device type is served. kDLCUDAHost (pinned host memory) is ordinary host memory
- * that the CPU reads and writes directly, so it runs on the CPU backend. kDLCUDAManaged
- * memory is reachable from both, but belongs with the GPU that manages it. */
-typedef enum { ZG_ON_CPU, ZG_ON_CUDA, ZG_ON_NOTHING } zg_route;
-
-static zg_route zg_route_of(DLDeviceType t) {
-  switch (t) {
-    case kDLCPU:
-    case kDLCUDAHost: return ZG_ON_CPU;
-    case kDLCUDA:
-    case kDLCUDAManaged: return ZG_ON_CUDA;
-    default: return ZG_ON_NOTHING;
-  }
-}
-
-/* Compact row-major strides for a shape; on overflow only when there are elements. */
-static int zg_compact_strides(const char *name, int nd, const int64_t *shape, int64_t numel,
-                              int64_t *strides) {
-  int64_t acc = 1;
-  for (int d = nd - 1; d >= 0; d--) {
-    strides[d] = acc;
-    if (__builtin_mul_overflow(acc, shape[d] > 0 ? shape[d] : 1, &acc)) {
-      if (numel > 0)
-        return zg_fail(ZGATE_ERR_OVERFLOW, "%s: compact strides overflow 64 bits at dim %d",
-                       name, d);
-      acc = 0; /* no elements: the strides are never used */
-    }
-  }
-  return ZGATE_OK;
-}
-
-/* The largest element offset (in elements) the tensor reaches, with overflow checks. */
-static int zg_max_offset(const char *name, int nd, const int64_t *shape, const int64_t *strides,
-                         int64_t *out) {
-  int64_t max = 0;
-  for (int d = 0; d < nd; d++) {
-    int64_t step;
-    if (shape[d] <= 1) continue;
-    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &step) ||
-        __builtin_add_overflow(max, step, &max))
-      return zg_fail(ZGATE_ERR_OVERFLOW,
-                     "%s: the extent of dim %d (size %lld, stride %lld) overflows 64 bits", name,
-                     d, (long long)shape[d], (long long)strides[d]);
-  }
-  *out = max;
-  return ZGATE_OK;
-}
-
-/* Sufficient test that no two indices of an output share an element: with the dims of size
- * > 1 sorted by stride, each stride must step over everything the inner dims span. This
- * refuses zero strides and every overlap; it also refuses some exotic interleaved layouts
- * that happen not to overlap, which no framework produces for an output. */
-static int zg_check_self_overlap(const char *name, int nd, const int64_t *shape,
-                                 const int64_t *strides) {
-  int dims[ZGATE_MAX_NDIM], n = 0;
+/* The dims of size > 1, by stride ascending (stable: equal strides keep the caller's
+ * order); returns how many. */
+static int zg_dims_by_stride(int nd, const int64_t *shape, const int64_t *strides, int *dims) {
+  int n = 0;
   for (int d = 0; d < nd; d++)
     if (shape[d] > 1) dims[n++] = d;
-  for (int i = 1; i < n; i++) /* insertion sort by stride, ascending */
+  for (int i = 1; i < n; i++) /* insertion sort: at most ZGATE_MAX_NDIM dims */
     for (int j = i; j > 0 && strides[dims[j - 1]] > strides[dims[j]]; j--) {
       int t = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = t;
     }
-  int64_t span = 1; /* elements covered by the inner dims, as an exclusive bound */
-  for (int i = 0; i < n; i++) {
-    int d = dims[i];
-    if (strides[d] < span)
-      return zg_fail(ZGATE_ERR_OUTPUT_SELF_OVERLAP,
-                     "%s: dim %d (size %lld, stride %lld) overlaps the inner dims (span %lld "
-                     "elements): two elements would share memory",
-                     name, d, (long long)shape[d], (long long)strides[d], (long long)span);
-    /* fits: already checked by zg_max_offset */
-    span = strides[d] * (shape[d] - 1) + span;
-  }
-  return ZGATE_OK;
-}
-
-/* dout_scaled as the very tensor dout: same dtype, same strides on every dim of size > 1. */
-static int zg_same_layout(int nd, const int64_t *shape, zg_dtype ta, const int64_t *sa,
-                          zg_dtype tb, const int64_t *sb) {
-  if (ta != tb) return 0;
-  for (int d = 0; d < nd; d++)
-    if (shape[d] > 1 && sa[d] != sb[d]) return 0;
-  return 1;
+  return n;
 }
 
 /* The one description of the iteration that every backend reads (zgate_internal.h).
- * Rule: drop size-1 dims; order the rest by the first output's strides, largest first
- * (stable: equal strides keep the caller's order); merge each dim into the one outside it
+ * Rule: drop size-1 dims; order the rest by the first output's strides, largest first;
+ * merge each dim into the one outside it
  * where every tensor walks the pair contiguously (stride[outer] == stride[inner] *
  * size[inner]). Why the output's order: a permutation shared by all tensors (transposed or
  * channels-last views of dense memory) then collapses to the same single dense run as the
@@ -151,19 +75,13 @@ static int zg_same_layout(int nd, const int64_t *shape, zg_dtype ta, const int64
  * the GPU's vector stores need it); an output's strides are distinct on dims of size > 1
  * (the self-overlap check), so the order is total. Z as a view into the input projection,
  * strides (L*P, P, D, 1) beside dense outputs, stays rows of D contiguous elements. */
-static void zg_collapse(int nd, const int64_t *shape, const int64_t (*strides)[ZGATE_MAX_NDIM],
+static void zg_collapse(int nd, const int64_t *shape, int64_t (*strides)[ZGATE_MAX_NDIM],
                         zg_problem *p) {
   const int nt = p->n_in + p->n_out;
-  const int64_t *os = strides[p->n_in];
-  int dims[ZGATE_MAX_NDIM], k = 0, n = 0;
-  if (p->numel == 0) nd = 0; /* nothing to walk; its other sizes' product may overflow */
-  for (int d = 0; d < nd; d++)
-    if (shape[d] > 1) dims[k++] = d;
-  for (int i = 1; i < k; i++) /* insertion sort, descending, stable */
-    for (int j = i; j > 0 && os[dims[j - 1]] < os[dims[j]]; j--) {
-      int tmp = dims[j]; dims[j] = dims[j - 1]; dims[j - 1] = tmp;
-    }
-  for (int i = 0; i < k; i++) {
+  int dims[ZGATE_MAX_NDIM], n = 0;
+  /* no elements: nothing to walk, and the other sizes' product may overflow */
+  const int k = zg_dims_by_stride(p->numel ? nd : 0, shape, strides[p->n_in], dims);
+  for (int i = k - 1; i >= 0; i--) {
     const int d = dims[i];
     int merge = n > 0;
     for (int t = 0; t < nt && merge; t++) {
@@ -171,20 +89,11 @@ static void zg_collapse(int nd, const int64_t *shape, const int64_t (*strides)[Z
       merge = !__builtin_mul_overflow(strides[t][d], shape[d], &span) &&
               p->t[t].strides[n - 1] == span;
     }
-    if (merge) {
-      p->shape[n - 1] *= shape[d];
-      for (int t = 0; t < nt; t++) p->t[t].strides[n - 1] = strides[t][d];
-      continue;
-    }
-    p->shape[n] = shape[d];
-    for (int t = 0; t < nt; t++) p->t[t].strides[n] = strides[t][d];
-    n++;
+    if (merge) p->shape[n - 1] *= shape[d];
+    else p->shape[n++] = shape[d];
+    for (int t = 0; t < nt; t++) p->t[t].strides[n - 1] = strides[t][d]; /* the inner one's */
   }
-  if (n == 0) { /* one element, or none */
-    p->shape[0] = p->numel;
-    for (int t = 0; t < nt; t++) p->t[t].strides[0] = 0;
-    n = 1;
-  }
+  if (n == 0) p->shape[n++] = p->numel; /* one element, or none (strides stay 0) */
   p->ndim = n;
 }
 
@@ -192,7 +101,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   const int bwd = op == ZG_OP_BWD;
   const int n = bwd ? 5 : 3;
   const char *const *names = bwd ? zg_bwd_names : zg_fwd_names;
-  zg_range range[5];
+  uintptr_t lo[5], hi[5]; /* the byte range [lo, hi) each tensor can touch */
   int64_t shape[ZGATE_MAX_NDIM];
   int64_t strides[5][ZGATE_MAX_NDIM];
   int nd;
@@ -250,9 +159,13 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
                      (int)dv.device_type, (int)dv.device_id, names[0],
                      (int)p->device.device_type, (int)p->device.device_id);
   }
-  switch (zg_route_of(p->device.device_type)) {
-    case ZG_ON_CPU: break;
-    case ZG_ON_CUDA:
+  /* kDLCUDAHost (pinned host memory) is ordinary host memory: the CPU backend runs it.
+   * kDLCUDAManaged memory is reachable from both, but belongs with the GPU that manages it. */
+  switch (p->device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: break;
+    case kDLCUDA:
+    case kDLCUDAManaged:
 #ifndef ZGATE_WITH_CUDA
       return zg_fail(ZGATE_ERR_NO_CUDA,
                      "%s: CUDA tensor (device type %d), but this zgate was built without CUDA",
@@ -279,18 +192,21 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
                          names[i], d, (long long)t->strides[d]);
         s[d] = t->strides[d];
       }
-    } else {
-      int st = zg_compact_strides(names[i], nd, shape, numel, s);
-      if (st) return st;
+    } else { /* products of trailing sizes: they fit when there are elements (numel did);
+              * without elements they may wrap, and are never used */
+      int64_t acc = 1;
+      for (int d = nd - 1; d >= 0; d--) {
+        s[d] = acc;
+        (void)__builtin_mul_overflow(acc, shape[d], &acc);
+      }
     }
     for (int d = 0; d < nd; d++)
       if (shape[d] <= 1) s[d] = 0;
   }
 
   /* Nothing to read or write: data may be NULL, and there is no memory to check. */
-  if (numel == 0) {
-    for (int i = 0; i < n; i++) p->t[i].data = NULL;
-    zg_collapse(nd, shape, (const int64_t(*)[ZGATE_MAX_NDIM])strides, p);
+  if (numel == 0) { /* p->t[i].data stay NULL */
+    zg_collapse(nd, shape, strides, p);
     return ZGATE_OK;
   }
 
@@ -310,32 +226,51 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
       return zg_fail(ZGATE_ERR_MISALIGNED,
                      "%s: data + byte_offset (%p + %llu) is not aligned to the %lld-byte element",
                      names[i], t->data, (unsigned long long)t->byte_offset, (long long)esize);
-    int64_t maxoff = 0, bytes = 0;
-    int st = zg_max_offset(names[i], nd, shape, strides[i], &maxoff);
-    if (st) return st;
-    uintptr_t hi;
+    int64_t maxoff = 0, bytes = 0; /* the largest element offset reached */
+    for (int d = 0; d < nd; d++) {
+      int64_t step;
+      if (shape[d] > 1 && (__builtin_mul_overflow(shape[d] - 1, strides[i][d], &step) ||
+                           __builtin_add_overflow(maxoff, step, &maxoff)))
+        return zg_fail(ZGATE_ERR_OVERFLOW,
+                       "%s: the extent of dim %d (size %lld, stride %lld) overflows 64 bits",
+                       names[i], d, (long long)shape[d], (long long)strides[i][d]);
+    }
     if (__builtin_add_overflow(maxoff, 1, &bytes) ||
         __builtin_mul_overflow(bytes, esize, &bytes) ||
-        __builtin_add_overflow(base, (uintptr_t)bytes, &hi))
+        __builtin_add_overflow(base, (uintptr_t)bytes, &hi[i]))
       return zg_fail(ZGATE_ERR_OVERFLOW,
                      "%s: the byte extent (%lld elements of %lld bytes from %p) overflows",
                      names[i], (long long)maxoff, (long long)esize, (void *)base);
-    range[i].lo = base;
-    range[i].hi = hi;
+    lo[i] = base;
     p->t[i].data = (char *)base;
   }
 
   /* 5. outputs: no element written twice, no overlap with anything else except the one
-   * allowed in-place case (dout_scaled is exactly dout). */
+   * allowed in-place case (dout_scaled is exactly dout). Self-overlap, a sufficient test:
+   * with the dims of size > 1 sorted by stride, each stride must step over everything the
+   * inner dims span. This refuses zero strides and every overlap; it also refuses some
+   * exotic interleaved layouts that happen not to overlap, which no framework produces for
+   * an output. */
   for (int i = p->n_in; i < n; i++) {
-    int st = zg_check_self_overlap(names[i], nd, shape, strides[i]);
-    if (st) return st;
+    const int64_t *s = strides[i];
+    int dims[ZGATE_MAX_NDIM], k = zg_dims_by_stride(nd, shape, s, dims);
+    int64_t span = 1; /* elements covered by the inner dims, as an exclusive bound */
+    for (int m = 0; m < k; m++) {
+      const int d = dims[m];
+      if (s[d] < span)
+        return zg_fail(ZGATE_ERR_OUTPUT_SELF_OVERLAP,
+                       "%s: dim %d (size %lld, stride %lld) overlaps the inner dims (span %lld "
+                       "elements): two elements would share memory",
+                       names[i], d, (long long)shape[d], (long long)s[d], (long long)span);
+      span += s[d] * (shape[d] - 1); /* fits: the extents were checked in step 4 */
+    }
   }
   for (int i = p->n_in; i < n; i++) {
     for (int j = 0; j < n; j++) {
-      if (j == i || range[i].hi <= range[j].lo || range[j].hi <= range[i].lo) continue;
-      if (bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT && range[i].lo == range[j].lo) {
-        if (!zg_same_layout(nd, shape, p->t[i].dtype, strides[i], p->t[j].dtype, strides[j]))
+      if (j == i || hi[i] <= lo[j] || hi[j] <= lo[i]) continue;
+      if (bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT && lo[i] == lo[j]) {
+        /* the very tensor dout: same dtype, same strides (those of size-1 dims are 0) */
+        if (p->t[i].dtype != p->t[j].dtype || memcmp(strides[i], strides[j], (size_t)nd * sizeof shape[0]))
           return zg_fail(ZGATE_ERR_INPLACE_MISMATCH,
                          "dout_scaled: shares dout's memory but not its dtype and strides "
                          "(in place needs the very same tensor)");
@@ -343,14 +278,13 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
       }
       return zg_fail(ZGATE_ERR_ALIAS,
                      "%s: its memory [%p, %p) overlaps %s's [%p, %p)%s", names[i],
-                     (void *)range[i].lo, (void *)range[i].hi, names[j], (void *)range[j].lo,
-                     (void *)range[j].hi,
+                     (void *)lo[i], (void *)hi[i], names[j], (void *)lo[j], (void *)hi[j],
                      bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT
                          ? " (in place needs the same data + byte_offset)"
                          : "");
     }
   }
-  zg_collapse(nd, shape, (const int64_t(*)[ZGATE_MAX_NDIM])strides, p);
+  zg_collapse(nd, shape, strides, p);
   return ZGATE_OK;
 }
 
@@ -363,10 +297,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   ((opts)->struct_size >= offsetof(zgate_options, field) + sizeof((opts)->field))
 
 int zg_resolve_options(const zgate_options *opts, zg_options *out) {
-  out->num_threads = 0;
-  out->cpu_isa = NULL;
-  out->cpu_kernels = NULL;
-  out->cuda_stream = NULL;
+  *out = (zg_options){0};
   if (!opts) return ZGATE_OK;
   if (opts->struct_size < sizeof(size_t) || opts->struct_size > ZG_OPTIONS_MAX_SIZE)
     return zg_fail(ZGATE_ERR_OPTIONS,

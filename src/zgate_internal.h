@@ -13,16 +13,12 @@ typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3 } zg_dty
 /* Bytes per element of each zg_dtype. */
 static inline int64_t zg_dtype_size(zg_dtype t) { return t == ZG_F64 ? 8 : t == ZG_F32 ? 4 : 2; }
 
-/* Dims a validated problem keeps after collapsing (zg_validate): never more than the
- * caller's rank. */
-#define ZG_MAX_DIMS ZGATE_MAX_NDIM
-
 /* One validated tensor: byte_offset already applied, strides in elements of the problem's
  * collapsed dims (never NULL). */
 typedef struct zg_operand {
   char *data;         /* may be NULL only when the problem has no elements */
   zg_dtype dtype;
-  int64_t strides[ZG_MAX_DIMS];
+  int64_t strides[ZGATE_MAX_NDIM];
 } zg_operand;
 
 /* Operand slots, in the order of the public signatures. */
@@ -32,9 +28,9 @@ enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
 typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
 
 /* A validated call, described once for every backend. The caller's dims are collapsed
- * (validate.c, zg_collapse): size-1 dims dropped, the rest ordered by the first output's
+ * (validate.c, zg_collapse; never more than the caller's): size-1 dims dropped, the rest ordered by the first output's
  * strides (outermost first), neighbours merged where every tensor walks them contiguously.
- * So ndim is 1..ZG_MAX_DIMS, dim ndim-1 is the innermost, every size is >= 2 unless the
+ * So ndim is 1..ZGATE_MAX_NDIM, dim ndim-1 is the innermost, every size is >= 2 unless the
  * problem has a single element (ndim 1, size 1) or none (ndim 1, size 0), and a dense
  * problem is one dim. t[0 .. n_in-1] are inputs and t[n_in .. n_in+n_out-1] outputs (for
  * ZG_OP_BWD dout_scaled may be dout itself: in place). */
@@ -42,7 +38,7 @@ typedef struct zg_problem {
   zg_op op;
   int n_in, n_out;
   int ndim;
-  int64_t shape[ZG_MAX_DIMS];
+  int64_t shape[ZGATE_MAX_NDIM];
   int64_t numel;       /* product of shape; 0 means nothing to do */
   zg_operand t[5];
   DLDevice device;
@@ -52,18 +48,13 @@ typedef struct zg_problem {
 typedef struct zg_options {
   int num_threads;     /* 0 = OpenMP default */
   const char *cpu_isa; /* NULL = process-wide choice */
-  /* the CPU kernel table, resolved once per call by the CPU backend (zg_cpu_resolve, called
-   * from api.c); opaque here */
+  /* the CPU kernel table, resolved once per call (zg_cpu_resolve); opaque here */
   const struct zg_cpu_kernels *cpu_kernels;
   void *cuda_stream;
 } zg_options;
 
 /* Set the calling thread's last-error message (printf-style) and return `status`. */
-int zg_fail(int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+int zg_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Clear the calling thread's message (on success). */
 void zg_clear_error(void);
 

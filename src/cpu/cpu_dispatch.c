@@ -42,38 +42,36 @@ static uint64_t zg_xgetbv0(void) {
 }
 #endif
 
-static zg_features zg_detect(void) {
-  zg_features f;
-  memset(&f, 0, sizeof f);
-  f.runs[ZG_ISA_SCALAR] = 1;
+static zg_features zg_features_value; /* filled once, by zg_detect */
+static pthread_once_t zg_features_once = PTHREAD_ONCE_INIT;
+
+static void zg_detect(void) {
+  zg_features *f = &zg_features_value;
+  f->runs[ZG_ISA_SCALAR] = 1;
 #ifdef ZG_X86
   unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return;
   int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
   int fma_f16c = ((c >> 12) & 1) && ((c >> 29) & 1);
-  if (!osxsave || !avx) return f;
+  if (!osxsave || !avx) return;
   uint64_t xcr0 = zg_xgetbv0();
   int os_ymm = (xcr0 & 0x6) == 0x6;      /* SSE and AVX state saved */
   int os_zmm = (xcr0 & 0xe6) == 0xe6;    /* plus opmask, ZMM0-15 high halves, ZMM16-31 */
-  if (!os_ymm || __get_cpuid_max(0, NULL) < 7) return f;
+  if (!os_ymm || __get_cpuid_max(0, NULL) < 7) return;
   unsigned b7, a71 = 0;
   __cpuid_count(7, 0, a, b7, c, d);
   if (a >= 1) __cpuid_count(7, 1, a71, b, c, d); /* a: the highest subleaf */
   const unsigned avx512 = 1u << 16 | 1u << 17 | 1u << 30 | 1u << 31; /* F, DQ, BW, VL */
-  f.runs[ZG_ISA_AVX2] = ((b7 >> 5) & 1) && fma_f16c;
-  f.runs[ZG_ISA_AVX512] = os_zmm && (b7 & avx512) == avx512 && fma_f16c;
-  f.avx512bf16 = os_zmm && ((a71 >> 5) & 1);
+  f->runs[ZG_ISA_AVX2] = ((b7 >> 5) & 1) && fma_f16c;
+  f->runs[ZG_ISA_AVX512] = os_zmm && (b7 & avx512) == avx512 && fma_f16c;
+  f->avx512bf16 = os_zmm && ((a71 >> 5) & 1);
 #elif defined(__aarch64__)
-  f.runs[ZG_ISA_NEON] = 1; /* Advanced SIMD is part of the AArch64 baseline */
+  f->runs[ZG_ISA_NEON] = 1; /* Advanced SIMD is part of the AArch64 baseline */
 #endif
-  return f;
 }
 
-static pthread_once_t zg_features_once = PTHREAD_ONCE_INIT;
-static zg_features zg_features_value;
-static void zg_features_init(void) { zg_features_value = zg_detect(); }
 static const zg_features *zg_features_get(void) {
-  pthread_once(&zg_features_once, zg_features_init);
+  pthread_once(&zg_features_once, zg_detect);
   return &zg_features_value;
 }
 
@@ -136,18 +134,15 @@ static void zg_default_init(void) {
   if (env && *env && strcmp(env, "auto") != 0) {
     snprintf(zg_default.env, sizeof zg_default.env, "%s", env);
     zg_default.status = zg_lookup(env, &zg_default.kernels, &zg_default.built);
-    if (zg_default.kernels)
-      snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
-    else
-      snprintf(zg_default.chosen, sizeof zg_default.chosen, "none (ZGATE_CPU_ISA=%s %s)",
-               zg_default.env,
-               zg_default.status == ZGATE_ERR_OPTIONS ? "unknown" : "unavailable");
-    return;
+  } else { /* the best path that runs here; scalar always does */
+    for (int i = 0; i < ZG_NISAS; i++)
+      if (zg_lookup(zg_isas[i].name, &zg_default.kernels, &zg_default.built) == ZGATE_OK) break;
   }
-  for (int i = 0; i < ZG_NISAS; i++)
-    if (zg_lookup(zg_isas[i].name, &zg_default.kernels, &zg_default.built) == ZGATE_OK) break;
-  zg_default.status = ZGATE_OK;
-  snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
+  if (zg_default.kernels)
+    snprintf(zg_default.chosen, sizeof zg_default.chosen, "%s", zg_default.kernels->name);
+  else
+    snprintf(zg_default.chosen, sizeof zg_default.chosen, "none (ZGATE_CPU_ISA=%s %s)",
+             zg_default.env, zg_default.status == ZGATE_ERR_OPTIONS ? "unknown" : "unavailable");
 }
 
 static void zg_default_get(void) { pthread_once(&zg_default_once, zg_default_init); }
@@ -177,19 +172,7 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
 
 /* ---- public queries -------------------------------------------------------------------- */
 
-const char *zgate_cpu_isas_built(void) {
-  return "scalar"
-#ifdef ZGATE_HAVE_AVX2
-         " avx2"
-#endif
-#ifdef ZGATE_HAVE_AVX512
-         " avx512"
-#endif
-#ifdef ZGATE_HAVE_NEON
-         " neon"
-#endif
-      ;
-}
+const char *zgate_cpu_isas_built(void) { return ZGATE_CPU_ISAS_BUILT; /* src/CMakeLists.txt */ }
 
 const char *zgate_cpu_isa_chosen(void) {
   zg_default_get();

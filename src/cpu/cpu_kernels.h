@@ -1,12 +1,7 @@
-/* What each CPU instruction-set path provides. The loop driver (cpu_loop.c) splits a
- * problem into chunks of contiguous-or-strided runs and, per block of at most
- * ZG_CPU_BLOCK elements, widens the inputs to float, runs the float kernel and narrows the
- * results into the outputs; where the path has a row kernel for the problem's one dtype and
- * rows are contiguous, it hands rows to that instead. Kernels compute; what goes where and
- * how it is stored is the driver's. One table per
- * ISA: kernels_scalar.c, and kernels_simd.c compiled once per ISA with its own flags over
- * its mapping header (vec_avx2.h, vec_avx512.h, vec_neon.h); dispatch (cpu_dispatch.c)
- * resolves one per call. */
+/* What each CPU instruction-set path provides to the loop driver (cpu_loop.c): kernels
+ * compute; what goes where and how it is stored is the driver's. One table per ISA:
+ * kernels_scalar.c, and kernels_simd.c compiled once per ISA with its own flags over its
+ * mapping header (vec_avx2.h, vec_avx512.h, vec_neon.h); cpu_dispatch.c resolves one per call. */
 #ifndef ZGATE_CPU_KERNELS_H
 #define ZGATE_CPU_KERNELS_H
 

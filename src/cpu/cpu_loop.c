@@ -1,8 +1,6 @@
 /* The CPU loop driver: one stride-aware walk over the problem for every ISA.
  *
- * 1. The dims are validation's collapsed ones (zg_problem, validate.c's zg_collapse): dense
- *    tensors are one long run; Z as a view into the input projection, strides (L*8672,
- *    8672, D, 1), is rows of D contiguous elements.
+ * 1. The dims are validation's collapsed ones (zg_problem): dense tensors are one long run.
  * 2. Split the flat index space into work items of ZG_ITEM elements. The split depends on
  *    the problem only, never on the thread count, and every element is computed by the
  *    same code whichever thread runs its item: results are bit-identical for any
@@ -147,39 +145,58 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
   }
 }
 
-/* Where element `start` of the flat index space is: the outer dims' odometer c, the
- * position j in its row, and each tensor's offset (elements). */
-static int64_t zg_locate(const zg_plan *pl, int64_t start, int64_t *c, int64_t *off) {
+/* A position in the flat index space: the outer dims' odometer c, the position j in its
+ * row, and each tensor's offset (elements). */
+typedef struct zg_pos {
+  int64_t c[ZGATE_MAX_NDIM], off[5], j;
+} zg_pos;
+
+static void zg_locate(const zg_plan *pl, int64_t start, zg_pos *at) {
   const zg_problem *p = pl->p;
   const int inner = p->ndim - 1;
-  const int64_t j = start % p->shape[inner];
   int64_t r = start / p->shape[inner];
+  at->j = start % p->shape[inner];
   for (int d = inner - 1; d >= 0; d--) {
-    c[d] = r % p->shape[d];
+    at->c[d] = r % p->shape[d];
     r /= p->shape[d];
   }
   for (int t = 0; t < pl->nt; t++) {
-    off[t] = j * p->t[t].strides[inner];
-    for (int d = 0; d < inner; d++) off[t] += c[d] * p->t[t].strides[d];
+    at->off[t] = at->j * p->t[t].strides[inner];
+    for (int d = 0; d < inner; d++) at->off[t] += at->c[d] * p->t[t].strides[d];
   }
-  return j;
 }
 
-/* From the start of one row to the start of the row `count` rows on (the odometer c and
- * offsets off at a row's first element; count never passes the end of dim inner-1). */
-static void zg_next_rows(const zg_plan *pl, int64_t *c, int64_t *off, int64_t count) {
+/* From the start of a row to the start of the row `count` rows on (count never passes the
+ * end of dim inner-1). Out of line: inlined, it slows the staged loop over short rows. */
+__attribute__((noinline)) static void zg_next_rows(const zg_plan *pl, zg_pos *at, int64_t count) {
   const zg_problem *p = pl->p;
   int d = p->ndim - 2;
   if (d < 0) return;
-  c[d] += count;
-  for (int t = 0; t < pl->nt; t++) off[t] += count * p->t[t].strides[d];
-  while (d >= 0 && c[d] == p->shape[d]) {
-    c[d] = 0;
-    for (int t = 0; t < pl->nt; t++) off[t] -= p->shape[d] * p->t[t].strides[d];
+  at->c[d] += count;
+  for (int t = 0; t < pl->nt; t++) at->off[t] += count * p->t[t].strides[d];
+  while (d >= 0 && at->c[d] == p->shape[d]) {
+    at->c[d] = 0;
+    for (int t = 0; t < pl->nt; t++) at->off[t] -= p->shape[d] * p->t[t].strides[d];
     if (--d < 0) break;
-    c[d]++;
-    for (int t = 0; t < pl->nt; t++) off[t] += p->t[t].strides[d];
+    at->c[d]++;
+    for (int t = 0; t < pl->nt; t++) at->off[t] += p->t[t].strides[d];
   }
+}
+
+/* Past a piece of `count` rows of len elements starting at *at (count > 1 only for whole
+ * rows along dim inner-1); idx is the flat index after the piece. */
+static inline void zg_advance(const zg_plan *pl, zg_pos *at, int64_t len, int64_t count,
+                              int64_t idx) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1;
+  if (at->j + len < p->shape[inner]) { /* the piece ends inside its row */
+    at->j += len;
+    for (int t = 0; t < pl->nt; t++) at->off[t] += len * p->t[t].strides[inner];
+    return;
+  }
+  for (int t = 0; t < pl->nt; t++) at->off[t] -= at->j * p->t[t].strides[inner];
+  at->j = 0;
+  if (idx < p->numel) zg_next_rows(pl, at, count);
 }
 
 /* Step 3: elements [start, end) as batches of rows for the row kernel. */
@@ -187,74 +204,53 @@ static void zg_rows_item(const zg_plan *pl, int64_t start, int64_t end) {
   const zg_problem *p = pl->p;
   const int inner = p->ndim - 1;
   const int64_t row_len = p->shape[inner];
-  int64_t c[ZG_MAX_DIMS] = {0}, off[5];
-  int64_t j = zg_locate(pl, start, c, off);
+  zg_pos at;
+  zg_locate(pl, start, &at);
   for (int64_t idx = start; idx < end;) {
-    int64_t count = 1, len = row_len - j;
+    int64_t count = 1, len = row_len - at.j;
     if (len > end - idx) len = end - idx;
-    zg_rows r;
-    memset(&r, 0, sizeof r); /* fwd leaves in[2] and out[1] unused */
-    if (j == 0 && len == row_len && inner > 0) { /* whole rows along dim inner-1 */
+    if (at.j == 0 && len == row_len && inner > 0) { /* whole rows along dim inner-1 */
       count = (end - idx) / row_len;
-      if (count > p->shape[inner - 1] - c[inner - 1]) count = p->shape[inner - 1] - c[inner - 1];
+      if (count > p->shape[inner - 1] - at.c[inner - 1]) count = p->shape[inner - 1] - at.c[inner - 1];
     }
-    r.len = len;
-    r.count = count;
-    r.nt = pl->rows_nt;
+    zg_rows r = {.len = len, .count = count, .nt = pl->rows_nt}; /* fwd: in[2], out[1] NULL */
     for (int t = 0; t < pl->nt; t++) {
       const int64_t es = zg_esize(pl, t), step = inner > 0 ? p->t[t].strides[inner - 1] * es : 0;
-      char *at = p->t[t].data + off[t] * es;
+      char *ptr = p->t[t].data + at.off[t] * es;
       if (t < pl->n_in) {
-        r.in[t] = at;
+        r.in[t] = ptr;
         r.in_step[t] = step;
       } else {
-        r.out[t - pl->n_in] = at;
+        r.out[t - pl->n_in] = ptr;
         r.out_step[t - pl->n_in] = step;
-        r.nt &= ((uintptr_t)at & 63u) == 0; /* an item may start inside a line */
+        r.nt &= ((uintptr_t)ptr & 63u) == 0; /* an item may start inside a line */
       }
     }
     pl->rows(&r);
     idx += count * len;
-    if (j + len < row_len) { /* the item ends inside this row */
-      j += len;
-      for (int t = 0; t < pl->nt; t++) off[t] += len;
-      continue;
-    }
-    for (int t = 0; t < pl->nt; t++) off[t] -= j; /* back to the row's start */
-    j = 0;
-    if (idx < p->numel) zg_next_rows(pl, c, off, count);
+    zg_advance(pl, &at, len, count, idx);
   }
 }
 
 /* Step 4: elements [start, end) in blocks of staged row pieces. */
 static void zg_staged_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t start, int64_t end,
                            float (*stage)[ZG_CPU_BLOCK], zg_seg *seg) {
-  const zg_problem *p = pl->p;
-  const int inner = p->ndim - 1;
-  const int64_t row_len = p->shape[inner];
-  int64_t c[ZG_MAX_DIMS] = {0}, off[5];
-  int64_t j = zg_locate(pl, start, c, off);
-  int64_t idx = start;
-  while (idx < end) {
+  const int64_t row_len = pl->p->shape[pl->p->ndim - 1];
+  zg_pos at;
+  zg_locate(pl, start, &at);
+  for (int64_t idx = start; idx < end;) {
     int nseg = 0, bn = 0;
     while (bn < ZG_CPU_BLOCK && idx < end) {
-      int64_t len = row_len - j;
+      int64_t len = row_len - at.j;
       if (len > ZG_CPU_BLOCK - bn) len = ZG_CPU_BLOCK - bn;
       if (len > end - idx) len = end - idx;
       zg_seg *sg = &seg[nseg++];
-      memcpy(sg->off, off, sizeof off);
+      memcpy(sg->off, at.off, sizeof at.off);
       sg->len = (int32_t)len;
       sg->dst = bn;
       bn += (int)len;
       idx += len;
-      if (j + len < row_len) {
-        j += len;
-        for (int t = 0; t < pl->nt; t++) off[t] += len * p->t[t].strides[inner];
-        continue;
-      }
-      for (int t = 0; t < pl->nt; t++) off[t] -= j * p->t[t].strides[inner];
-      j = 0;
-      if (idx < p->numel) zg_next_rows(pl, c, off, 1);
+      zg_advance(pl, &at, len, 1, idx);
     }
     zg_run_block(pl, k, seg, nseg, bn, stage);
   }
@@ -285,8 +281,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 #ifdef _OPENMP
   nthreads = opts->num_threads > 0 ? opts->num_threads : omp_get_max_threads();
   if (p->numel < ZG_PARALLEL_MIN) nthreads = 1;
-  if ((int64_t)nthreads > nitems) nthreads = (int)nitems;
-  if (nthreads < 1) nthreads = 1;
+  if ((int64_t)nthreads > nitems) nthreads = (int)nitems; /* nitems >= 1: numel > 0 */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
 #endif
   {

@@ -29,16 +29,13 @@ static void zg_fwd_scalar(float *out, const float *o, const float *z, int64_t n)
   for (int64_t i = 0; i < n; i++) out[i] = zg_gate_fwd_f32(o[i], z[i]);
 }
 
+/* No bwd16/fwd16 (the float kernels serve 16-bit outputs too), no row kernels: staged. */
 static const zg_cpu_kernels zg_kernels_scalar_table = {
-    "scalar",
-    {zg_load_f32_scalar, zg_load_f16_scalar, zg_load_bf16_scalar},
-    {zg_store_f32_scalar, zg_store_f16_scalar, zg_store_bf16_scalar},
-    zg_bwd_scalar,
-    zg_fwd_scalar,
-    NULL, /* bwd16, fwd16: the float kernels serve 16-bit outputs too */
-    NULL,
-    {NULL, NULL, NULL}, /* no row kernels: staged */
-    {NULL, NULL, NULL},
+    .name = "scalar",
+    .load = {zg_load_f32_scalar, zg_load_f16_scalar, zg_load_bf16_scalar},
+    .store = {zg_store_f32_scalar, zg_store_f16_scalar, zg_store_bf16_scalar},
+    .bwd = zg_bwd_scalar,
+    .fwd = zg_fwd_scalar,
 };
 
 const zg_cpu_kernels *zg_cpu_kernels_scalar(void) { return &zg_kernels_scalar_table; }

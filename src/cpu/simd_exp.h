@@ -55,10 +55,7 @@
 #ifndef ZGATE_SIMD_EXP_H
 #define ZGATE_SIMD_EXP_H
 
-#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error "zgate's exp needs IEEE semantics: do not build with -ffast-math"
-#endif
-
+/* IEEE semantics needed: gate_math.h, included beside this, refuses fast-math builds. */
 #define ZG_EXP_LO (-104.5f)
 #define ZG_EXP_LOG2E 0x1.715476p+0f
 #define ZG_EXP_LN2_HI 0x1.630000p-1f  /* 0.693359375 */

@@ -1,9 +1,6 @@
-/* The CUDA backend: zg_cuda_run, called by the API for validated problems on CUDA devices.
- * Host side only: plan the launch (cuda_plan.h), pick the kernel for the operator, dtype
- * kind, vector width and layout from the kernel translation units (cuda_kernels.h: one
- * module per operator and dtype kind, so that a first call loads only the kernels it can
- * use), and launch it. The kernels are cuda_kernel.cuh, compiled ahead of time: no
- * autotuning, no run-time compilation.
+/* The CUDA backend's host side (zg_cuda_run): plan the launch (cuda_plan.h), pick the kernel
+ * for the operator, dtype kind, vector width and layout (cuda_kernels.h), and launch it. The
+ * kernels are cuda_kernel.cuh, compiled ahead of time: no autotuning, no run-time compilation.
  *
  * Device: the tensors' device_id, made current for the call (cudaGetDevice / cudaSetDevice)
  * and restored after, whatever was current. Stream: zgate_options.cuda_stream, else the
@@ -16,9 +13,6 @@
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 
-#ifndef ZGATE_WITH_CUDA
-#define ZGATE_WITH_CUDA 1
-#endif
 extern "C" {
 #include "zgate_internal.h"
 }
@@ -85,8 +79,7 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   bool all_f32 = true;
   for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
   int v = plan_vector_width(nt, a, esize, all_f32 ? kMaxVecF32 : kMaxVec16);
-  plan_items(a, v);
-  const int layout = plan_layout(a, v);
+  const int layout = plan_items(a, v);
   for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;
   const void *kernel = kernel_of(p->op, nt, a, v, layout);
   if (!kernel)
@@ -98,7 +91,6 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
 }  // namespace zgcu
 
 extern "C" int zg_cuda_run(const zg_problem *p, const zg_options *opts) {
-  if (p->numel <= 0) return ZGATE_OK;
   const int dev = p->device.device_id;
   cudaStream_t stream = opts && opts->cuda_stream ? (cudaStream_t)opts->cuda_stream : (cudaStream_t)0;
   int prev = -1;

@@ -11,7 +11,7 @@
  *                starts may be anywhere the strides say (Z as a view into the input
  *                projection, permuted heads, padded rows).
  *   V = 1:       any strides (a tensor not contiguous in its last dimension).
- * Index math by layout (cuda_plan.h, plan_layout): FLAT (one row: item i is element i*V of
+ * Index math by layout (cuda_plan.h, plan_items): FLAT (one row: item i is element i*V of
  * every tensor, no division), ROWS (rows along one dimension, fewer than 2^32 items: one
  * 32-bit division), ANY (three divisions, 64-bit where the item count needs it).
  * Instances per operator: all-f32 (V 4, 2 in three layouts, V 1), all-f16 and all-bf16 (V 8,

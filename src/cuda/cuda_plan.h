@@ -29,7 +29,7 @@ static inline FastDiv fastdiv_make(uint64_t d) {
 
 enum { MAX_T = 5 };
 /* Dims outside the innermost three, when a problem keeps more than four after validation's
- * collapse (ZG_MAX_DIMS - 3). */
+ * collapse (ZGATE_MAX_NDIM - 3). */
 enum { MAX_X = 5 };
 
 /* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
@@ -53,7 +53,7 @@ struct Args {
   int64_t nv;             /* whole vectors per row: n[3] / V */
   int64_t items;          /* work items: rows * nv */
   int tail;               /* elements after the last whole vector (only when rows == 1) */
-  int one_row;            /* n[0] = n[1] = n[2] = 1: item index is the vector index */
+  int one_row;            /* n[0] = n[1] = n[2] = 1: item index is the vector index (plan_dims) */
   int wide;               /* items >= 2^32: 64-bit division instead of FastDiv */
   int accurate;           /* some output is float32: the accurate math (mixed dtypes) */
   FastDiv div_nv, div_n2, div_n1;
@@ -78,6 +78,7 @@ static inline void plan_dims(int nt, int ndim, const int64_t *shape, const int64
     a.n[0] *= shape[s];
     for (int t = 0; t < nt; t++) a.xst[t][k] = strides[t][s];
   }
+  a.one_row = a.n[0] == 1 && a.n[1] == 1 && a.n[2] == 1;
 }
 
 /* Widest V in {8, 4, 2} (at most max_v) such that each vector of every tensor starts on a multiple of
@@ -86,9 +87,8 @@ static inline void plan_dims(int nt, int ndim, const int64_t *shape, const int64
 static inline int plan_vector_width(int nt, const Args &a, const int elem_size[MAX_T], int max_v) {
   for (int t = 0; t < nt; t++)
     if (a.st[t][3] != 1) return 1;
-  bool one_row = a.n[0] == 1 && a.n[1] == 1 && a.n[2] == 1;
   for (int v = max_v; v >= 2; v /= 2) {
-    if (!one_row && a.n[3] % v != 0) continue;
+    if (!a.one_row && a.n[3] % v != 0) continue;
     bool ok = true;
     for (int t = 0; t < nt && ok; t++) {
       int64_t align = (int64_t)v * elem_size[t] < 16 ? (int64_t)v * elem_size[t] : 16;
@@ -103,26 +103,19 @@ static inline int plan_vector_width(int nt, const Args &a, const int elem_size[M
   return 1;
 }
 
-/* Fill the item count, tail and dividers for vector width v. */
-static inline void plan_items(Args &a, int v) {
-  int64_t rows = a.n[0] * a.n[1] * a.n[2];
-  a.one_row = rows == 1;
+/* Fill the item count, tail and dividers for vector width v; returns the layout. FLAT and
+ * ROWS rely on unit innermost strides, which plan_vector_width guarantees for v > 1. */
+static inline int plan_items(Args &a, int v) {
   a.nv = a.n[3] / v;
   a.tail = a.one_row ? (int)(a.n[3] - a.nv * v) : 0;
-  a.items = rows * a.nv;
+  a.items = a.n[0] * a.n[1] * a.n[2] * a.nv;
   a.wide = (uint64_t)a.items >= (1ull << 32);
   a.div_nv = fastdiv_make((uint64_t)a.nv);
   a.div_n2 = fastdiv_make((uint64_t)a.n[2]);
   a.div_n1 = fastdiv_make((uint64_t)a.n[1]);
-}
-
-/* Layout for vector width v, after plan_items. FLAT and ROWS rely on unit innermost strides,
- * which plan_vector_width guarantees for v > 1. */
-static inline int plan_layout(const Args &a, int v) {
   if (v <= 1) return L_ANY;
   if (a.one_row) return L_FLAT;
-  if (a.n[0] == 1 && a.n[1] == 1 && !a.wide) return L_ROWS;
-  return L_ANY;
+  return a.n[0] == 1 && a.n[1] == 1 && !a.wide ? L_ROWS : L_ANY;
 }
 
 }  // namespace zgcu
