@@ -84,18 +84,6 @@ static uint16_t f16_bits(double v) {
   return sign | (uint16_t)((ex + 15) << 10) | m;
 }
 
-static float bits_to_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint32_t float_to_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
 int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }
 
 const char *zgate_check_dtype_name(DLDataType t) {
@@ -104,12 +92,8 @@ const char *zgate_check_dtype_name(DLDataType t) {
 }
 
 int zgate_check_dtype_size(DLDataType t) {
-  switch (type_of(t)) {
-  case T_F32: return 4;
-  case T_F16: case T_BF16: return 2;
-  case T_F64: return 8;
-  default: return -1;
-  }
+  static const int sizes[] = {4, 2, 2, 8, -1};
+  return sizes[type_of(t)];
 }
 
 double zgate_check_load(DLDataType t, const void *p) {
@@ -117,7 +101,7 @@ double zgate_check_load(DLDataType t, const void *p) {
   case T_F32: { float f; memcpy(&f, p, 4); return f; }
   case T_F64: { double d; memcpy(&d, p, 8); return d; }
   case T_F16: { uint16_t h; memcpy(&h, p, 2); return f16_to_double(h); }
-  case T_BF16: { uint16_t h; memcpy(&h, p, 2); return bits_to_float((uint32_t)h << 16); }
+  case T_BF16: { uint16_t h; memcpy(&h, p, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
   default: return NAN;
   }
 }
@@ -138,8 +122,10 @@ void zgate_check_store(DLDataType t, void *p, double v) {
   case T_F16: { uint16_t h = f16_bits(r); memcpy(p, &h, 2); break; }
   case T_BF16: {
     /* A bfloat16 value is a float whose low 16 bits are zero. */
-    uint16_t h = isnan(r) ? (uint16_t)(signbit(r) ? 0xFFC0 : 0x7FC0)
-                          : (uint16_t)(float_to_bits((float)r) >> 16);
+    float f = (float)r;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t h = isnan(r) ? (uint16_t)(signbit(r) ? 0xFFC0 : 0x7FC0) : (uint16_t)(u >> 16);
     memcpy(p, &h, 2);
     break;
   }
@@ -177,20 +163,12 @@ static double f32_bound(zgate_check_quantity q, double dout, double z, double o,
   const double tiny = ldexp(1.0, -149);
   double s = 1.0 / (1.0 + exp(-z));
   double one_minus_s = 1.0 / (1.0 + exp(z));
-  double az = fabs(z), scale, a;
-  switch (q) {
-  case ZGATE_CHECK_DZ:
-    scale = fabs(dout * o) * s * (1.0 + az * one_minus_s);
-    a = 4.0 * tiny * fabs(dout * o) * (1.0 + az);
-    break;
-  case ZGATE_CHECK_DOS:
-    scale = fabs(dout * z) * s;
-    a = 4.0 * tiny * fabs(dout * z);
-    break;
-  default:
-    scale = fabs(o * z) * s;
-    a = 4.0 * tiny * fabs(o * z);
-    break;
+  double az = fabs(z);
+  double m = fabs(q == ZGATE_CHECK_DZ ? dout * o : q == ZGATE_CHECK_DOS ? dout * z : o * z);
+  double scale = m * s, a = 4.0 * tiny * m;
+  if (q == ZGATE_CHECK_DZ) {
+    scale *= 1.0 + az * one_minus_s;
+    a *= 1.0 + az;
   }
   *unit = ulp_fmt(scale, fmt_of(T_F32));
   return 4.0 * *unit + a;
@@ -244,11 +222,9 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
     into->first_got = from->first_got;
     into->first_ref = from->first_ref;
   }
-  if (from->max_bound_ratio > into->max_bound_ratio || into->worst_index < 0) {
-    if (from->worst_index >= 0) {
-      into->max_bound_ratio = from->max_bound_ratio;
-      into->worst_index = from->worst_index;
-    }
+  if (from->worst_index >= 0 && (from->max_bound_ratio > into->max_bound_ratio || into->worst_index < 0)) {
+    into->max_bound_ratio = from->max_bound_ratio;
+    into->worst_index = from->worst_index;
   }
   into->count += from->count;
   into->failures += from->failures;
@@ -256,6 +232,11 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
   into->inf_mismatches += from->inf_mismatches;
   if (from->max_err_units > into->max_err_units) into->max_err_units = from->max_err_units;
   if (from->max_rel_err > into->max_rel_err) into->max_rel_err = from->max_rel_err;
+}
+
+/* A rank and shape pointer zgate_check.h accepts. */
+static int rank_ok(const DLTensor *t) {
+  return t && t->ndim >= 0 && t->ndim <= ZGATE_CHECK_MAX_NDIM && (t->ndim == 0 || t->shape);
 }
 
 /* A readable view of one tensor: element idx is at base + sum(idx*stride)*size. */
@@ -298,7 +279,7 @@ static double view_load(const view *v, int ndim, const int64_t *idx) {
 int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTensor *ref,
                        const DLTensor *dout, const DLTensor *z, const DLTensor *o,
                        zgate_check_stats *st) {
-  if (!got || got->ndim < 0 || got->ndim > ZGATE_CHECK_MAX_NDIM || (got->ndim > 0 && !got->shape) || !st) return -1;
+  if (!rank_ok(got) || !st) return -1;
   const int nd = got->ndim;
   const int64_t *shape = got->shape;
   view vg, vr, vd = {0}, vz, vo;
@@ -346,7 +327,7 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
 
 /* A compact float64 tensor shaped like `like` over fresh memory (NULL data when empty). */
 static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
-  if (!like || like->ndim < 0 || like->ndim > ZGATE_CHECK_MAX_NDIM || (like->ndim > 0 && !like->shape)) return -1;
+  if (!rank_ok(like)) return -1;
   int64_t n = 1;
   for (int i = 0; i < like->ndim; i++) {
     if (like->shape[i] < 0) return -1;
@@ -355,15 +336,9 @@ static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
   }
   *mem = NULL;
   if (n > 0 && !(*mem = malloc((size_t)n * sizeof(double)))) return -1;
-  memset(t, 0, sizeof *t);
-  t->data = *mem;
-  t->device = like->device; /* host memory either way; the reference wants one device */
-  if (t->device.device_type != kDLCUDAHost) t->device.device_type = kDLCPU;
-  t->ndim = like->ndim;
-  t->dtype.code = kDLFloat;
-  t->dtype.bits = 64;
-  t->dtype.lanes = 1;
-  t->shape = like->shape;
+  /* host memory either way; the reference wants one device */
+  DLDevice dev = {like->device.device_type == kDLCUDAHost ? kDLCUDAHost : kDLCPU, like->device.device_id};
+  *t = (DLTensor){.data = *mem, .device = dev, .ndim = like->ndim, .dtype = {kDLFloat, 64, 1}, .shape = like->shape};
   return 0;
 }
 
