@@ -3,8 +3,8 @@
 #   scripts/gpu-mamba.sh PATH     PATH: a state-spaces/mamba checkout, its mamba_ssm/ and tests/
 #                                 (never committed; a REVISION file in it names its commit)
 # Stages (STAGES chooses; each has its own time limit). On an H200 upstream's tests spend
-# minutes per test item in their autotuning (4 December 2026: 300 s did not reach the end of
-# the second item), so with a 10-minute limit per command run one item per call:
+# minutes per test item in their autotuning (300 s did not reach the end of the second item),
+# so with a 10-minute limit per command run one item per call:
 #   UPSTREAM_PYTEST_ARGS="-k test_mamba3_siso_combined_batched" STAGES="build shipped zgate compare"
 # The layer stage takes about 4 minutes a headdim ("build layer" with LAYER_ARGS="--headdims 96,128").
 #   build     libzgate with CUDA (the library alone) in build/gpu-mamba
@@ -75,8 +75,5 @@ stage zgate "${ZGATE_S:-240}" 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare
 stage layer 520 'python3 tests/mamba/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
 
-for f in shipped zgate compare layer; do
-  [ -f "$OUT/$f.log" ] || continue
-  echo "--- $f (tail)"; tail -n 14 "$OUT/$f.log" | cut -c1-240
-done
+for f in shipped zgate compare layer; do stage_tail $f 14; done
 stage_summary

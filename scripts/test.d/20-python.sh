@@ -14,10 +14,7 @@ pip=("$py" -m pip install -q --disable-pip-version-check)
 have() { "$py" -c "import $1" >/dev/null 2>&1; }
 
 need=()
-have numpy || need+=(numpy)
-have ml_dtypes || need+=(ml_dtypes)
-have pytest || need+=(pytest)
-have scikit_build_core || need+=(scikit-build-core)
+for m in numpy ml_dtypes pytest scikit_build_core; do have $m || need+=("$m"); done
 if [ ${#need[@]} -gt 0 ]; then "${pip[@]}" "${need[@]}"; fi
 
 if [ "${ZGATE_PY_EXTRAS:-1}" != 0 ]; then
