@@ -34,14 +34,18 @@ static fmt fmt_of(ztype t) {
   }
 }
 
+/* floor(log2|x|), at least f.emin (below it the spacing is the subnormal one); x finite. */
+static int exponent(double x, fmt f) {
+  int e;
+  frexp(x, &e);
+  return x == 0 || e - 1 < f.emin ? f.emin : e - 1;
+}
+
 /* Round to nearest even into a format, from double, in one rounding: scale the value so its
  * last kept bit is the units place (exact: powers of two), round to integer, scale back. */
 static double round_fmt(double v, fmt f) {
   if (v == 0 || !isfinite(v)) return v;
-  int e;
-  frexp(v, &e);
-  int ex = e - 1; /* floor(log2|v|) */
-  if (ex < f.emin) ex = f.emin;
+  int ex = exponent(v, f);
   double q = nearbyint(ldexp(v, f.p - 1 - ex));
   double r = ldexp(q, ex - (f.p - 1));
   if (fabs(r) >= ldexp(1.0, f.emax + 1)) return copysign(INFINITY, v);
@@ -49,25 +53,14 @@ static double round_fmt(double v, fmt f) {
 }
 
 static double ulp_fmt(double x, fmt f) {
-  x = fabs(x);
-  if (isnan(x)) return NAN;
-  if (isinf(x)) return INFINITY;
-  int ex = f.emin;
-  if (x >= ldexp(1.0, f.emin)) {
-    int e;
-    frexp(x, &e);
-    ex = e - 1;
-  }
-  return ldexp(1.0, ex - (f.p - 1));
+  if (!isfinite(x)) return fabs(x);
+  return ldexp(1.0, exponent(x, f) - (f.p - 1));
 }
 
 static double f16_to_double(uint16_t h) {
-  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31) v = m ? NAN : INFINITY;
-  else if (e == 0) v = ldexp((double)m, -24);
-  else v = ldexp((double)(m | 1024), e - 25);
-  return sign ? -v : v;
+  int e = (h >> 10) & 31, m = h & 1023; /* e = 0: subnormal, scaled as e = 1 without the implicit one */
+  double v = e == 31 ? (m ? NAN : INFINITY) : ldexp((double)(e ? m | 1024 : m), (e ? e : 1) - 25);
+  return h >> 15 ? -v : v;
 }
 
 /* v is already representable in float16 (or +-inf / NaN). */
@@ -108,9 +101,7 @@ double zgate_check_load(DLDataType t, const void *p) {
 
 double zgate_check_round(DLDataType t, double v) {
   ztype k = type_of(t);
-  if (k == T_BAD) return NAN;
-  if (k == T_F64) return v;
-  return round_fmt(v, fmt_of(k));
+  return k == T_BAD ? NAN : k == T_F64 ? v : round_fmt(v, fmt_of(k));
 }
 
 void zgate_check_store(DLDataType t, void *p, double v) {
@@ -135,8 +126,7 @@ void zgate_check_store(DLDataType t, void *p, double v) {
 
 double zgate_check_ulp(DLDataType t, double x) {
   ztype k = type_of(t);
-  if (k == T_BAD) return NAN;
-  return ulp_fmt(x, fmt_of(k));
+  return k == T_BAD ? NAN : ulp_fmt(x, fmt_of(k));
 }
 
 /* ---- the policy ---------------------------------------------------------------------- */
