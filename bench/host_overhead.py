@@ -31,18 +31,14 @@ import time
 
 def _formula(dout, z, o):
     import torch
-    zf = z.float()
+    zf, df = z.float(), dout.float()
     s = torch.sigmoid(zf)
-    df = dout.float()
-    dz = df * o.float() * s * (1 + zf * (1 - s))
-    return dz.to(dout.dtype), (df * s * zf).to(dout.dtype)
+    return (df * o.float() * s * (1 + zf * (1 - s))).to(dout.dtype), (df * s * zf).to(dout.dtype)
 
 
 def time_rows(rows, sync, calls, repeats):
     """{name: (host median, host min, wall median)} in us per call, net of an empty loop."""
-    def empty():
-        pass
-    rows = [(None, empty)] + list(rows)
+    rows = [(None, lambda: None)] + list(rows)   # the empty loop
     for _, fn in rows:
         for _ in range(20):
             fn()
@@ -73,11 +69,8 @@ def _other_framework_rows(dev, shape, dtype_name, host):
     import zgate
     if dev.type == "cpu":
         import numpy as np
-        if dtype_name == "bfloat16":
-            import ml_dtypes
-            dt = ml_dtypes.bfloat16
-        else:
-            dt = np.dtype(dtype_name)
+        import ml_dtypes
+        dt = ml_dtypes.bfloat16 if dtype_name == "bfloat16" else np.dtype(dtype_name)
         d, z, o = (a.astype(dt) for a in host)
         dz, ds = np.empty_like(d), np.empty_like(d)
         name = "NumPy " + np.dtype(dt).name
@@ -121,9 +114,12 @@ def main(argv=None):
     host = [torch.randn(shape).numpy() for _ in range(3)]
     dout, z, o = (torch.from_numpy(h).to(dev).to(dtype) for h in host)
     dz, dos = torch.empty_like(dout), torch.empty_like(dout)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    if dev.type == "cuda":   # CuPy's work on PyTorch's stream, as a framework user would have it
-        sync = lambda: torch.cuda.synchronize() or _cupy_sync()  # noqa: E731
+
+    def sync():   # CuPy's work too, on PyTorch's stream as a framework user would have it
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            if "cupy" in sys.modules:
+                sys.modules["cupy"].cuda.get_current_stream().synchronize()
 
     on_torch = "zgate.bwd, PyTorch %s, " % a.dtype
     rows = [
@@ -133,10 +129,10 @@ def main(argv=None):
         ("torch.ops.zgate.bwd (custom op, eager)", lambda: torch.ops.zgate.bwd(dout, z, o)),
     ]
     compiled = torch.compile(_formula)
-    rows.append(("torch.compile of the formula", lambda: compiled(dout, z, o)))
-    rows.append(("PyTorch eager formula", lambda: _formula(dout, z, o)))
     floor = "PyTorch's floor: torch.neg(dout) (one eager op: one output, one launch)"
-    rows.append((floor, lambda: torch.neg(dout)))
+    rows += [("torch.compile of the formula", lambda: compiled(dout, z, o)),
+             ("PyTorch eager formula", lambda: _formula(dout, z, o)),
+             (floor, lambda: torch.neg(dout))]
     rows += _other_framework_rows(dev, shape, a.dtype, host)
     if a.orig and dev.type == "cuda":
         try:
@@ -160,12 +156,6 @@ def main(argv=None):
         same = on_torch + ("given outputs" if name.endswith("given outputs") else "new outputs")
         print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (name, h, m, w, h / base,
                                                            h / timed[same][0]))
-
-
-def _cupy_sync():
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        cupy.cuda.get_current_stream().synchronize()
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ case "$set_name" in
 esac
 # The Python package's compiled binding (zgate._binding) needs the interpreter's headers; Debian's
 # python3 has them in python3-dev (an interpreter of its own, e.g. pyenv's, brings its own).
-if [ "$set_name" = test ] && ! python3 -c 'import os, sysconfig, sys
-sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+if [ "$set_name" = test ] &&
+   [ ! -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)/Python.h" ]; then
   debs+=(python3-dev)
 fi
 # nvcc compiles its host code with g++: where CUDA is installed, the main job needs it too.

@@ -24,9 +24,7 @@ if [ "${ZGATE_PY_EXTRAS:-1}" != 0 ]; then
     timeout 300 "${pip[@]}" torch || echo "20-python: PyTorch not installed (its tests will skip)"
     have torch || "$py" -m pip uninstall -y -q torch >/dev/null 2>&1 || true
   fi
-  if ! have jax; then
-    timeout 120 "${pip[@]}" jax || echo "20-python: JAX not installed (its tests will skip)"
-  fi
+  have jax || timeout 120 "${pip[@]}" jax || echo "20-python: JAX not installed (its tests will skip)"
 fi
 
 # Build the wheel once (no build isolation: scikit-build-core is installed above, and the
