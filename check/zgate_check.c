@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zgate.h"
-
 /* ---- storage types ------------------------------------------------------------------- */
 
 typedef enum { T_F32, T_F16, T_BF16, T_F64, T_BAD } ztype;
@@ -336,14 +334,10 @@ int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, 
                     const DLTensor *dout_scaled, zgate_check_stats *st_dz, zgate_check_stats *st_dos) {
   DLTensor rdz, rdos;
   double *mdz = NULL, *mdos = NULL;
-  int rc = -1;
-  if (make_f64(dz, &rdz, &mdz) == 0 && make_f64(dz, &rdos, &mdos) == 0) {
-    rc = zgate_bwd_reference(dout, z, o, &rdz, &rdos);
-    if (rc == ZGATE_OK &&
-        (zgate_check_tensor(ZGATE_CHECK_DZ, dz, &rdz, dout, z, o, st_dz) ||
-         zgate_check_tensor(ZGATE_CHECK_DOS, dout_scaled, &rdos, dout, z, o, st_dos)))
-      rc = -1;
-  }
+  int rc = make_f64(dz, &rdz, &mdz) || make_f64(dz, &rdos, &mdos) ? -1 : zgate_bwd_reference(dout, z, o, &rdz, &rdos);
+  if (rc == ZGATE_OK && (zgate_check_tensor(ZGATE_CHECK_DZ, dz, &rdz, dout, z, o, st_dz) ||
+                         zgate_check_tensor(ZGATE_CHECK_DOS, dout_scaled, &rdos, dout, z, o, st_dos)))
+    rc = -1;
   free(mdz);
   free(mdos);
   return rc;
@@ -352,11 +346,8 @@ int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, 
 int zgate_check_fwd(const DLTensor *o, const DLTensor *z, const DLTensor *out, zgate_check_stats *st) {
   DLTensor rout;
   double *mout = NULL;
-  int rc = -1;
-  if (make_f64(out, &rout, &mout) == 0) {
-    rc = zgate_fwd_reference(o, z, &rout);
-    if (rc == ZGATE_OK && zgate_check_tensor(ZGATE_CHECK_OUT, out, &rout, NULL, z, o, st)) rc = -1;
-  }
+  int rc = make_f64(out, &rout, &mout) ? -1 : zgate_fwd_reference(o, z, &rout);
+  if (rc == ZGATE_OK && zgate_check_tensor(ZGATE_CHECK_OUT, out, &rout, NULL, z, o, st)) rc = -1;
   free(mout);
   return rc;
 }

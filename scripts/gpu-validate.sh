@@ -25,8 +25,7 @@ ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
-export BUILD CFG OUT ORIG NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
+export BUILD CFG OUT ORIG PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 stage build 170 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1
   cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
