@@ -172,23 +172,17 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
   if (bound_ratio) *bound_ratio = 0;
 
   if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got) ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_NAN;
-  if (isinf(ref) || fabs(ref) >= overflow) {
-    int ok = isinf(got) && signbit(got) == signbit(ref);
-    return ok ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_INF;
-  }
+  if (isinf(ref) || fabs(ref) >= overflow)
+    return isinf(got) && signbit(got) == signbit(ref) ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_INF;
   int got_inf = isinf(got) != 0;
   if (got_inf) got = copysign(overflow, got); /* where IEEE rounding puts overflow */
 
-  double err = fabs(got - ref), unit, allowed;
+  double err = fabs(got - ref), unit;
   if (err == 0) return ZGATE_CHECK_PASS; /* also where the bound's products overflow float64 */
-  double bound32 = f32_bound(q, dout, z, o, &unit);
+  double bound32 = f32_bound(q, dout, z, o, &unit), allowed = bound32;
   if (k == T_F16 || k == T_BF16) {
-    double ut = ulp_fmt(ref, f);
-    double alt = bound32 + 0.5 * ut;
-    allowed = alt > ut ? alt : ut;
-    unit = ut;
-  } else {
-    allowed = bound32;
+    unit = ulp_fmt(ref, f);
+    allowed = fmax(bound32 + 0.5 * unit, unit);
   }
   if (err_units) *err_units = err / unit;
   if (bound_ratio) *bound_ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
@@ -289,15 +283,12 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
     for (int i = nd - 1; i >= 0 && ++idx[i] == shape[i]; i--) idx[i] = 0; /* row-major order */
     s.count++;
     if (isfinite(g) && isfinite(r)) {
-      if (eu > s.max_err_units) s.max_err_units = eu;
+      s.max_err_units = fmax(s.max_err_units, eu);
       if (ratio > s.max_bound_ratio || s.worst_index < 0) {
         s.max_bound_ratio = ratio;
         s.worst_index = linear;
       }
-      if (r != 0) {
-        double rel = fabs(g - r) / fabs(r);
-        if (rel > s.max_rel_err) s.max_rel_err = rel;
-      }
+      if (r != 0) s.max_rel_err = fmax(s.max_rel_err, fabs(g - r) / fabs(r));
     }
     if (verdict == ZGATE_CHECK_PASS) continue;
     s.failures++;
