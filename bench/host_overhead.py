@@ -13,14 +13,10 @@ change in the host's speed touches them all alike. Two columns read each row's h
 against one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any
 op, and against zgate.bwd on PyTorch tensors (given outputs for rows with given outputs, new
 ones otherwise).
-Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
-torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
-NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed; and cupy.negative, CuPy's
-own floor) of the same shape; and the original Triton compute_dzdo when --orig (or env
-ZGATE_ORIG_MAMBA3) names a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3)
-or a mamba checkout.
-NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
-has none either: its rows are float16 then.
+Rows: zgate's PyTorch entry points, the formula eager and compiled, zgate.bwd on NumPy (CPU;
+ml_dtypes' bfloat16) or CuPy (CUDA, where installed; float16 for bfloat16, with CuPy's own
+floor), and the original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names a
+folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3) or a mamba checkout.
 """
 import argparse
 import os

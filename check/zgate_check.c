@@ -193,9 +193,7 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
 /* ---- tensors ------------------------------------------------------------------------- */
 
 void zgate_check_stats_init(zgate_check_stats *st) {
-  memset(st, 0, sizeof *st);
-  st->first_fail = -1;
-  st->worst_index = -1;
+  *st = (zgate_check_stats){.first_fail = -1, .worst_index = -1};
 }
 
 void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *from) {
@@ -234,21 +232,17 @@ static int make_view(const DLTensor *t, int ndim, const int64_t *shape, view *v)
   if (!t || t->ndim != ndim || (ndim > 0 && !t->shape)) return -1;
   if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) return -1;
   if (type_of(t->dtype) == T_BAD) return -1;
-  int64_t numel = 1;
-  for (int i = 0; i < ndim; i++) {
-    if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
-    numel *= shape[i];
-  }
-  if (numel > 0 && !t->data) return -1;
-  v->base = (const char *)t->data + t->byte_offset;
-  v->dtype = t->dtype;
-  v->size = zgate_check_dtype_size(t->dtype);
-  int64_t run = 1;
+  int64_t run = 1; /* the compact stride, and at the end the element count */
   for (int i = ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
     v->strides[i] = t->strides ? t->strides[i] : run;
     if (v->strides[i] < 0) return -1;
     run *= shape[i];
   }
+  if (run > 0 && !t->data) return -1;
+  v->base = (const char *)t->data + t->byte_offset;
+  v->dtype = t->dtype;
+  v->size = zgate_check_dtype_size(t->dtype);
   return 0;
 }
 

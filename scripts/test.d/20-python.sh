@@ -4,8 +4,7 @@
 # tests/python against the installed package. NumPy/ml_dtypes tests always run; PyTorch and
 # JAX (CPU) are installed best-effort from PyPI so their tests run here too; CUDA, CuPy and
 # JAX-GPU tests skip with their reason on a machine without a GPU. Budget: 8 min on 2 cores.
-#
-# Environment: ZGATE_PY_EXTRAS=0 skips installing PyTorch and JAX (their tests then skip).
+# ZGATE_PY_EXTRAS=0 skips installing PyTorch and JAX (their tests then skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=python3
