@@ -49,13 +49,11 @@ def make_inputs(shape, dtype, layout, slack):
     dout, o = (empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g))
                for _ in range(2))
     if layout == "dense":
-        z = empty(shape, dtype, slack)
-        z.copy_(torch.randn(shape, device="cuda", generator=g) * 4)
+        z = empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g) * 4)
     else:
         P = 2 * H * D + 480
         proj = torch.randn(B * L * P + slack, device="cuda", generator=g).to(dtype)
-        z = proj[:B * L * P].view(B, L, P)[:, :, H * D:2 * H * D].view(B, L, H, D)
-        z.mul_(4)
+        z = proj[:B * L * P].view(B, L, P)[:, :, H * D:2 * H * D].view(B, L, H, D).mul_(4)
     return dout, z, o
 
 

@@ -13,14 +13,10 @@ change in the host's speed touches them all alike. Two columns read each row's h
 against one eager PyTorch op (torch.neg: one output, one launch), the host's floor for any
 op, and against zgate.bwd on PyTorch tensors (given outputs for rows with given outputs, new
 ones otherwise).
-Rows: zgate.bwd on PyTorch tensors (new and given outputs), zgate.torch.compute_dzdo,
-torch.ops.zgate.bwd, torch.compile of the formula, PyTorch eager, torch.neg; zgate.bwd on
-NumPy arrays (CPU) or CuPy arrays (CUDA, where CuPy is installed; and cupy.negative, CuPy's
-own floor) of the same shape; and the original Triton compute_dzdo when --orig (or env
-ZGATE_ORIG_MAMBA3) names a folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3)
-or a mamba checkout.
-NumPy has no bfloat16 of its own: its rows use ml_dtypes' where the dtype is bfloat16; CuPy
-has none either: its rows are float16 then.
+Rows: zgate's PyTorch entry points, the formula eager and compiled, zgate.bwd on NumPy (CPU;
+ml_dtypes' bfloat16) or CuPy (CUDA, where installed; float16 for bfloat16, with CuPy's own
+floor), and the original Triton compute_dzdo when --orig (or env ZGATE_ORIG_MAMBA3) names a
+folder holding mamba3/ (a copy of mamba_ssm/ops/triton/mamba3) or a mamba checkout.
 """
 import argparse
 import os
@@ -31,18 +27,14 @@ import time
 
 def _formula(dout, z, o):
     import torch
-    zf = z.float()
+    zf, df = z.float(), dout.float()
     s = torch.sigmoid(zf)
-    df = dout.float()
-    dz = df * o.float() * s * (1 + zf * (1 - s))
-    return dz.to(dout.dtype), (df * s * zf).to(dout.dtype)
+    return (df * o.float() * s * (1 + zf * (1 - s))).to(dout.dtype), (df * s * zf).to(dout.dtype)
 
 
 def time_rows(rows, sync, calls, repeats):
     """{name: (host median, host min, wall median)} in us per call, net of an empty loop."""
-    def empty():
-        pass
-    rows = [(None, empty)] + list(rows)
+    rows = [(None, lambda: None)] + list(rows)   # the empty loop
     for _, fn in rows:
         for _ in range(20):
             fn()
@@ -73,11 +65,8 @@ def _other_framework_rows(dev, shape, dtype_name, host):
     import zgate
     if dev.type == "cpu":
         import numpy as np
-        if dtype_name == "bfloat16":
-            import ml_dtypes
-            dt = ml_dtypes.bfloat16
-        else:
-            dt = np.dtype(dtype_name)
+        import ml_dtypes
+        dt = ml_dtypes.bfloat16 if dtype_name == "bfloat16" else np.dtype(dtype_name)
         d, z, o = (a.astype(dt) for a in host)
         dz, ds = np.empty_like(d), np.empty_like(d)
         name = "NumPy " + np.dtype(dt).name
@@ -121,9 +110,12 @@ def main(argv=None):
     host = [torch.randn(shape).numpy() for _ in range(3)]
     dout, z, o = (torch.from_numpy(h).to(dev).to(dtype) for h in host)
     dz, dos = torch.empty_like(dout), torch.empty_like(dout)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    if dev.type == "cuda":   # CuPy's work on PyTorch's stream, as a framework user would have it
-        sync = lambda: torch.cuda.synchronize() or _cupy_sync()  # noqa: E731
+
+    def sync():   # CuPy's work too, on PyTorch's stream as a framework user would have it
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            if "cupy" in sys.modules:
+                sys.modules["cupy"].cuda.get_current_stream().synchronize()
 
     on_torch = "zgate.bwd, PyTorch %s, " % a.dtype
     rows = [
@@ -133,10 +125,10 @@ def main(argv=None):
         ("torch.ops.zgate.bwd (custom op, eager)", lambda: torch.ops.zgate.bwd(dout, z, o)),
     ]
     compiled = torch.compile(_formula)
-    rows.append(("torch.compile of the formula", lambda: compiled(dout, z, o)))
-    rows.append(("PyTorch eager formula", lambda: _formula(dout, z, o)))
     floor = "PyTorch's floor: torch.neg(dout) (one eager op: one output, one launch)"
-    rows.append((floor, lambda: torch.neg(dout)))
+    rows += [("torch.compile of the formula", lambda: compiled(dout, z, o)),
+             ("PyTorch eager formula", lambda: _formula(dout, z, o)),
+             (floor, lambda: torch.neg(dout))]
     rows += _other_framework_rows(dev, shape, a.dtype, host)
     if a.orig and dev.type == "cuda":
         try:
@@ -160,12 +152,6 @@ def main(argv=None):
         same = on_torch + ("given outputs" if name.endswith("given outputs") else "new outputs")
         print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (name, h, m, w, h / base,
                                                            h / timed[same][0]))
-
-
-def _cupy_sync():
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        cupy.cuda.get_current_stream().synchronize()
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ typedef struct zgate_case_dtypes {
 #define ZGC_F16 {kDLFloat, 16, 1}
 #define ZGC_BF16 {kDLBfloat, 16, 1}
 
+#define ZG_SHAPE(b, l, h, d, set) {{b, l, h, d}, ZGATE_CASES_##set},
 #define ZG_DTYPES(name, a, b, c, d, e)
 #define ZG_LAYOUT(name)
-#define ZG_SHAPE(b, l, h, d, set) {{b, l, h, d}, ZGATE_CASES_##set},
 static const zgate_case_shape zgate_case_shapes[] = {
 #include "cases.def"
 };
@@ -37,10 +37,8 @@ static const zgate_case_shape zgate_case_shapes[] = {
 static const zgate_case_dtypes zgate_case_dtype_sets[] = {
 #include "cases.def"
 };
-#undef ZG_SHAPE
 #undef ZG_DTYPES
 #undef ZG_LAYOUT
-#define ZG_SHAPE(b, l, h, d, set)
 #define ZG_DTYPES(name, a, b, c, d, e)
 #define ZG_LAYOUT(name) #name,
 static const char *const zgate_case_layouts[] = {

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zgate.h"
-
 /* ---- storage types ------------------------------------------------------------------- */
 
 typedef enum { T_F32, T_F16, T_BF16, T_F64, T_BAD } ztype;
@@ -34,14 +32,18 @@ static fmt fmt_of(ztype t) {
   }
 }
 
+/* floor(log2|x|), at least f.emin (below it the spacing is the subnormal one); x finite. */
+static int exponent(double x, fmt f) {
+  int e;
+  frexp(x, &e);
+  return x == 0 || e - 1 < f.emin ? f.emin : e - 1;
+}
+
 /* Round to nearest even into a format, from double, in one rounding: scale the value so its
  * last kept bit is the units place (exact: powers of two), round to integer, scale back. */
 static double round_fmt(double v, fmt f) {
   if (v == 0 || !isfinite(v)) return v;
-  int e;
-  frexp(v, &e);
-  int ex = e - 1; /* floor(log2|v|) */
-  if (ex < f.emin) ex = f.emin;
+  int ex = exponent(v, f);
   double q = nearbyint(ldexp(v, f.p - 1 - ex));
   double r = ldexp(q, ex - (f.p - 1));
   if (fabs(r) >= ldexp(1.0, f.emax + 1)) return copysign(INFINITY, v);
@@ -49,25 +51,14 @@ static double round_fmt(double v, fmt f) {
 }
 
 static double ulp_fmt(double x, fmt f) {
-  x = fabs(x);
-  if (isnan(x)) return NAN;
-  if (isinf(x)) return INFINITY;
-  int ex = f.emin;
-  if (x >= ldexp(1.0, f.emin)) {
-    int e;
-    frexp(x, &e);
-    ex = e - 1;
-  }
-  return ldexp(1.0, ex - (f.p - 1));
+  if (!isfinite(x)) return fabs(x);
+  return ldexp(1.0, exponent(x, f) - (f.p - 1));
 }
 
 static double f16_to_double(uint16_t h) {
-  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31) v = m ? NAN : INFINITY;
-  else if (e == 0) v = ldexp((double)m, -24);
-  else v = ldexp((double)(m | 1024), e - 25);
-  return sign ? -v : v;
+  int e = (h >> 10) & 31, m = h & 1023; /* e = 0: subnormal, scaled as e = 1 without the implicit one */
+  double v = e == 31 ? (m ? NAN : INFINITY) : ldexp((double)(e ? m | 1024 : m), (e ? e : 1) - 25);
+  return h >> 15 ? -v : v;
 }
 
 /* v is already representable in float16 (or +-inf / NaN). */
@@ -84,18 +75,6 @@ static uint16_t f16_bits(double v) {
   return sign | (uint16_t)((ex + 15) << 10) | m;
 }
 
-static float bits_to_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static uint32_t float_to_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
 int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }
 
 const char *zgate_check_dtype_name(DLDataType t) {
@@ -104,12 +83,8 @@ const char *zgate_check_dtype_name(DLDataType t) {
 }
 
 int zgate_check_dtype_size(DLDataType t) {
-  switch (type_of(t)) {
-  case T_F32: return 4;
-  case T_F16: case T_BF16: return 2;
-  case T_F64: return 8;
-  default: return -1;
-  }
+  static const int sizes[] = {4, 2, 2, 8, -1};
+  return sizes[type_of(t)];
 }
 
 double zgate_check_load(DLDataType t, const void *p) {
@@ -117,16 +92,14 @@ double zgate_check_load(DLDataType t, const void *p) {
   case T_F32: { float f; memcpy(&f, p, 4); return f; }
   case T_F64: { double d; memcpy(&d, p, 8); return d; }
   case T_F16: { uint16_t h; memcpy(&h, p, 2); return f16_to_double(h); }
-  case T_BF16: { uint16_t h; memcpy(&h, p, 2); return bits_to_float((uint32_t)h << 16); }
+  case T_BF16: { uint16_t h; memcpy(&h, p, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
   default: return NAN;
   }
 }
 
 double zgate_check_round(DLDataType t, double v) {
   ztype k = type_of(t);
-  if (k == T_BAD) return NAN;
-  if (k == T_F64) return v;
-  return round_fmt(v, fmt_of(k));
+  return k == T_BAD ? NAN : k == T_F64 ? v : round_fmt(v, fmt_of(k));
 }
 
 void zgate_check_store(DLDataType t, void *p, double v) {
@@ -138,8 +111,10 @@ void zgate_check_store(DLDataType t, void *p, double v) {
   case T_F16: { uint16_t h = f16_bits(r); memcpy(p, &h, 2); break; }
   case T_BF16: {
     /* A bfloat16 value is a float whose low 16 bits are zero. */
-    uint16_t h = isnan(r) ? (uint16_t)(signbit(r) ? 0xFFC0 : 0x7FC0)
-                          : (uint16_t)(float_to_bits((float)r) >> 16);
+    float f = (float)r;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t h = isnan(r) ? (uint16_t)(signbit(r) ? 0xFFC0 : 0x7FC0) : (uint16_t)(u >> 16);
     memcpy(p, &h, 2);
     break;
   }
@@ -149,8 +124,7 @@ void zgate_check_store(DLDataType t, void *p, double v) {
 
 double zgate_check_ulp(DLDataType t, double x) {
   ztype k = type_of(t);
-  if (k == T_BAD) return NAN;
-  return ulp_fmt(x, fmt_of(k));
+  return k == T_BAD ? NAN : ulp_fmt(x, fmt_of(k));
 }
 
 /* ---- the policy ---------------------------------------------------------------------- */
@@ -177,20 +151,12 @@ static double f32_bound(zgate_check_quantity q, double dout, double z, double o,
   const double tiny = ldexp(1.0, -149);
   double s = 1.0 / (1.0 + exp(-z));
   double one_minus_s = 1.0 / (1.0 + exp(z));
-  double az = fabs(z), scale, a;
-  switch (q) {
-  case ZGATE_CHECK_DZ:
-    scale = fabs(dout * o) * s * (1.0 + az * one_minus_s);
-    a = 4.0 * tiny * fabs(dout * o) * (1.0 + az);
-    break;
-  case ZGATE_CHECK_DOS:
-    scale = fabs(dout * z) * s;
-    a = 4.0 * tiny * fabs(dout * z);
-    break;
-  default:
-    scale = fabs(o * z) * s;
-    a = 4.0 * tiny * fabs(o * z);
-    break;
+  double az = fabs(z);
+  double m = fabs(q == ZGATE_CHECK_DZ ? dout * o : q == ZGATE_CHECK_DOS ? dout * z : o * z);
+  double scale = m * s, a = 4.0 * tiny * m;
+  if (q == ZGATE_CHECK_DZ) {
+    scale *= 1.0 + az * one_minus_s;
+    a *= 1.0 + az;
   }
   *unit = ulp_fmt(scale, fmt_of(T_F32));
   return 4.0 * *unit + a;
@@ -206,23 +172,17 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
   if (bound_ratio) *bound_ratio = 0;
 
   if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got) ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_NAN;
-  if (isinf(ref) || fabs(ref) >= overflow) {
-    int ok = isinf(got) && signbit(got) == signbit(ref);
-    return ok ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_INF;
-  }
+  if (isinf(ref) || fabs(ref) >= overflow)
+    return isinf(got) && signbit(got) == signbit(ref) ? ZGATE_CHECK_PASS : ZGATE_CHECK_FAIL_INF;
   int got_inf = isinf(got) != 0;
   if (got_inf) got = copysign(overflow, got); /* where IEEE rounding puts overflow */
 
-  double err = fabs(got - ref), unit, allowed;
+  double err = fabs(got - ref), unit;
   if (err == 0) return ZGATE_CHECK_PASS; /* also where the bound's products overflow float64 */
-  double bound32 = f32_bound(q, dout, z, o, &unit);
+  double bound32 = f32_bound(q, dout, z, o, &unit), allowed = bound32;
   if (k == T_F16 || k == T_BF16) {
-    double ut = ulp_fmt(ref, f);
-    double alt = bound32 + 0.5 * ut;
-    allowed = alt > ut ? alt : ut;
-    unit = ut;
-  } else {
-    allowed = bound32;
+    unit = ulp_fmt(ref, f);
+    allowed = fmax(bound32 + 0.5 * unit, unit);
   }
   if (err_units) *err_units = err / unit;
   if (bound_ratio) *bound_ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
@@ -233,9 +193,7 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
 /* ---- tensors ------------------------------------------------------------------------- */
 
 void zgate_check_stats_init(zgate_check_stats *st) {
-  memset(st, 0, sizeof *st);
-  st->first_fail = -1;
-  st->worst_index = -1;
+  *st = (zgate_check_stats){.first_fail = -1, .worst_index = -1};
 }
 
 void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *from) {
@@ -244,11 +202,9 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
     into->first_got = from->first_got;
     into->first_ref = from->first_ref;
   }
-  if (from->max_bound_ratio > into->max_bound_ratio || into->worst_index < 0) {
-    if (from->worst_index >= 0) {
-      into->max_bound_ratio = from->max_bound_ratio;
-      into->worst_index = from->worst_index;
-    }
+  if (from->worst_index >= 0 && (from->max_bound_ratio > into->max_bound_ratio || into->worst_index < 0)) {
+    into->max_bound_ratio = from->max_bound_ratio;
+    into->worst_index = from->worst_index;
   }
   into->count += from->count;
   into->failures += from->failures;
@@ -256,6 +212,11 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
   into->inf_mismatches += from->inf_mismatches;
   if (from->max_err_units > into->max_err_units) into->max_err_units = from->max_err_units;
   if (from->max_rel_err > into->max_rel_err) into->max_rel_err = from->max_rel_err;
+}
+
+/* A rank and shape pointer zgate_check.h accepts. */
+static int rank_ok(const DLTensor *t) {
+  return t && t->ndim >= 0 && t->ndim <= ZGATE_CHECK_MAX_NDIM && (t->ndim == 0 || t->shape);
 }
 
 /* A readable view of one tensor: element idx is at base + sum(idx*stride)*size. */
@@ -271,21 +232,17 @@ static int make_view(const DLTensor *t, int ndim, const int64_t *shape, view *v)
   if (!t || t->ndim != ndim || (ndim > 0 && !t->shape)) return -1;
   if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) return -1;
   if (type_of(t->dtype) == T_BAD) return -1;
-  int64_t numel = 1;
-  for (int i = 0; i < ndim; i++) {
-    if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
-    numel *= shape[i];
-  }
-  if (numel > 0 && !t->data) return -1;
-  v->base = (const char *)t->data + t->byte_offset;
-  v->dtype = t->dtype;
-  v->size = zgate_check_dtype_size(t->dtype);
-  int64_t run = 1;
+  int64_t run = 1; /* the compact stride, and at the end the element count */
   for (int i = ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != shape[i] || shape[i] < 0) return -1;
     v->strides[i] = t->strides ? t->strides[i] : run;
     if (v->strides[i] < 0) return -1;
     run *= shape[i];
   }
+  if (run > 0 && !t->data) return -1;
+  v->base = (const char *)t->data + t->byte_offset;
+  v->dtype = t->dtype;
+  v->size = zgate_check_dtype_size(t->dtype);
   return 0;
 }
 
@@ -298,7 +255,7 @@ static double view_load(const view *v, int ndim, const int64_t *idx) {
 int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTensor *ref,
                        const DLTensor *dout, const DLTensor *z, const DLTensor *o,
                        zgate_check_stats *st) {
-  if (!got || got->ndim < 0 || got->ndim > ZGATE_CHECK_MAX_NDIM || (got->ndim > 0 && !got->shape) || !st) return -1;
+  if (!rank_ok(got) || !st) return -1;
   const int nd = got->ndim;
   const int64_t *shape = got->shape;
   view vg, vr, vd = {0}, vz, vo;
@@ -320,15 +277,12 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
     for (int i = nd - 1; i >= 0 && ++idx[i] == shape[i]; i--) idx[i] = 0; /* row-major order */
     s.count++;
     if (isfinite(g) && isfinite(r)) {
-      if (eu > s.max_err_units) s.max_err_units = eu;
+      s.max_err_units = fmax(s.max_err_units, eu);
       if (ratio > s.max_bound_ratio || s.worst_index < 0) {
         s.max_bound_ratio = ratio;
         s.worst_index = linear;
       }
-      if (r != 0) {
-        double rel = fabs(g - r) / fabs(r);
-        if (rel > s.max_rel_err) s.max_rel_err = rel;
-      }
+      if (r != 0) s.max_rel_err = fmax(s.max_rel_err, fabs(g - r) / fabs(r));
     }
     if (verdict == ZGATE_CHECK_PASS) continue;
     s.failures++;
@@ -346,7 +300,7 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
 
 /* A compact float64 tensor shaped like `like` over fresh memory (NULL data when empty). */
 static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
-  if (!like || like->ndim < 0 || like->ndim > ZGATE_CHECK_MAX_NDIM || (like->ndim > 0 && !like->shape)) return -1;
+  if (!rank_ok(like)) return -1;
   int64_t n = 1;
   for (int i = 0; i < like->ndim; i++) {
     if (like->shape[i] < 0) return -1;
@@ -355,15 +309,9 @@ static int make_f64(const DLTensor *like, DLTensor *t, double **mem) {
   }
   *mem = NULL;
   if (n > 0 && !(*mem = malloc((size_t)n * sizeof(double)))) return -1;
-  memset(t, 0, sizeof *t);
-  t->data = *mem;
-  t->device = like->device; /* host memory either way; the reference wants one device */
-  if (t->device.device_type != kDLCUDAHost) t->device.device_type = kDLCPU;
-  t->ndim = like->ndim;
-  t->dtype.code = kDLFloat;
-  t->dtype.bits = 64;
-  t->dtype.lanes = 1;
-  t->shape = like->shape;
+  /* host memory either way; the reference wants one device */
+  DLDevice dev = {like->device.device_type == kDLCUDAHost ? kDLCUDAHost : kDLCPU, like->device.device_id};
+  *t = (DLTensor){.data = *mem, .device = dev, .ndim = like->ndim, .dtype = {kDLFloat, 64, 1}, .shape = like->shape};
   return 0;
 }
 
@@ -371,14 +319,10 @@ int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, 
                     const DLTensor *dout_scaled, zgate_check_stats *st_dz, zgate_check_stats *st_dos) {
   DLTensor rdz, rdos;
   double *mdz = NULL, *mdos = NULL;
-  int rc = -1;
-  if (make_f64(dz, &rdz, &mdz) == 0 && make_f64(dz, &rdos, &mdos) == 0) {
-    rc = zgate_bwd_reference(dout, z, o, &rdz, &rdos);
-    if (rc == ZGATE_OK &&
-        (zgate_check_tensor(ZGATE_CHECK_DZ, dz, &rdz, dout, z, o, st_dz) ||
-         zgate_check_tensor(ZGATE_CHECK_DOS, dout_scaled, &rdos, dout, z, o, st_dos)))
-      rc = -1;
-  }
+  int rc = make_f64(dz, &rdz, &mdz) || make_f64(dz, &rdos, &mdos) ? -1 : zgate_bwd_reference(dout, z, o, &rdz, &rdos);
+  if (rc == ZGATE_OK && (zgate_check_tensor(ZGATE_CHECK_DZ, dz, &rdz, dout, z, o, st_dz) ||
+                         zgate_check_tensor(ZGATE_CHECK_DOS, dout_scaled, &rdos, dout, z, o, st_dos)))
+    rc = -1;
   free(mdz);
   free(mdos);
   return rc;
@@ -387,11 +331,8 @@ int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, 
 int zgate_check_fwd(const DLTensor *o, const DLTensor *z, const DLTensor *out, zgate_check_stats *st) {
   DLTensor rout;
   double *mout = NULL;
-  int rc = -1;
-  if (make_f64(out, &rout, &mout) == 0) {
-    rc = zgate_fwd_reference(o, z, &rout);
-    if (rc == ZGATE_OK && zgate_check_tensor(ZGATE_CHECK_OUT, out, &rout, NULL, z, o, st)) rc = -1;
-  }
+  int rc = make_f64(out, &rout, &mout) ? -1 : zgate_fwd_reference(o, z, &rout);
+  if (rc == ZGATE_OK && zgate_check_tensor(ZGATE_CHECK_OUT, out, &rout, NULL, z, o, st)) rc = -1;
   free(mout);
   return rc;
 }

@@ -51,12 +51,7 @@
 
 #include "zgate.h"
 
-/* The highest rank compared: the API's. */
-#ifdef ZGATE_MAX_NDIM
-#define ZGATE_CHECK_MAX_NDIM ZGATE_MAX_NDIM
-#else
-#define ZGATE_CHECK_MAX_NDIM 8
-#endif
+#define ZGATE_CHECK_MAX_NDIM ZGATE_MAX_NDIM /* the highest rank compared: the API's */
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,7 +64,6 @@ typedef enum zgate_check_quantity {
   ZGATE_CHECK_OUT = 2  /* forward out */
 } zgate_check_quantity;
 
-/* Verdict for one element. */
 typedef enum zgate_check_verdict {
   ZGATE_CHECK_PASS = 0,
   ZGATE_CHECK_FAIL_VALUE = 1, /* finite, outside the bound */
@@ -77,7 +71,7 @@ typedef enum zgate_check_verdict {
   ZGATE_CHECK_FAIL_INF = 3    /* an infinity expected and not got, or got and not allowed */
 } zgate_check_verdict;
 
-/* Statistics of one compared tensor. Initialise with zgate_check_stats_init. */
+/* Statistics of one compared tensor; zgate_check_stats_init sets it up. */
 typedef struct zgate_check_stats {
   int64_t count;          /* elements compared */
   int64_t failures;       /* elements that failed, NaN and inf mismatches included */
@@ -98,32 +92,27 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
 
 /* Judge one element. `out_dtype` is the output's type (float32, float16 or bfloat16; a
  * float64 output gets the float32 bound with float64's range, for comparing two float64
- * evaluations). `dout` is ignored for ZGATE_CHECK_OUT. err_units and
- * bound_ratio may be NULL; they are set to the reported measures (0 for special-value
- * verdicts). */
+ * evaluations). `dout` is ignored for ZGATE_CHECK_OUT. err_units and bound_ratio, where not
+ * NULL, get the reported measures (0 for special-value verdicts). */
 zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_dtype, double got,
                                         double ref, double dout, double z, double o,
                                         double *err_units, double *bound_ratio);
 
-/*
- * Compare every element of `got` against `ref` (normally float64), with the inputs it was
+/* Compare every element of `got` against `ref` (normally float64), with the inputs it was
  * computed from (`dout` is NULL for ZGATE_CHECK_OUT). All tensors: host memory (kDLCPU or
  * kDLCUDAHost), one shape of any rank 0..ZGATE_CHECK_MAX_NDIM (8; rank 0 is one element, shape
  * may be NULL), dtype float32/float16/bfloat16/float64, lanes 1, strides NULL or non-negative.
  * Adds into *st (so several calls can accumulate). Returns 0, or -1 when the tensors are
  * unusable as described (then *st is unchanged).
- * For an in-place run (dout_scaled is dout) pass a copy of dout as it was before the call.
- */
+ * For an in-place run (dout_scaled is dout) pass a copy of dout as it was before the call. */
 int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTensor *ref,
                        const DLTensor *dout, const DLTensor *z, const DLTensor *o,
                        zgate_check_stats *st);
 
-/*
- * Convenience: compute the float64 reference with zgate_bwd_reference (resp. fwd) into
- * scratch memory and compare dz and dout_scaled (resp. out) with it. The inputs must hold the
- * values the outputs were computed from. Returns ZGATE_OK, the reference's status code, or
- * -1 (unusable tensors or out of memory).
- */
+/* Compute the float64 reference with zgate_bwd_reference (resp. fwd) into scratch memory and
+ * compare dz and dout_scaled (resp. out) with it. The inputs must hold the values the outputs
+ * were computed from. Returns ZGATE_OK, the reference's status code, or -1 (unusable tensors
+ * or out of memory). */
 int zgate_check_bwd(const DLTensor *dout, const DLTensor *z, const DLTensor *o, const DLTensor *dz,
                     const DLTensor *dout_scaled, zgate_check_stats *st_dz, zgate_check_stats *st_dos);
 int zgate_check_fwd(const DLTensor *o, const DLTensor *z, const DLTensor *out, zgate_check_stats *st);

@@ -1,8 +1,6 @@
 # Cross-compiling zgate for aarch64 Linux with Debian's cross toolchain, and running what it
 # builds (ctest, try_run) under qemu-user. Used by scripts/test.d/50-aarch64.sh:
-#
 #   cmake -S . -B build/aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake
-#
 # Needs (Debian): gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user, and for the tests
 # the multiarch package libcmocka-dev:arm64 (after `dpkg --add-architecture arm64`).
 set(CMAKE_SYSTEM_NAME Linux)

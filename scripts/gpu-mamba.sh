@@ -2,11 +2,7 @@
 # Upstream's Mamba-3 with zgate's compute_dzdo on a GPU machine:
 #   scripts/gpu-mamba.sh PATH     PATH: a state-spaces/mamba checkout, its mamba_ssm/ and tests/
 #                                 (never committed; a REVISION file in it names its commit)
-# Stages (STAGES chooses; each has its own time limit). On an H200 upstream's tests spend
-# minutes per test item in their autotuning (4 December 2026: 300 s did not reach the end of
-# the second item), so with a 10-minute limit per command run one item per call:
-#   UPSTREAM_PYTEST_ARGS="-k test_mamba3_siso_combined_batched" STAGES="build shipped zgate compare"
-# The layer stage takes about 4 minutes a headdim ("build layer" with LAYER_ARGS="--headdims 96,128").
+# Stages (STAGES chooses; each has its own time limit):
 #   build     libzgate with CUDA (the library alone) in build/gpu-mamba
 #   shipped   upstream's Mamba-3 SISO tests as shipped (tests/ops/triton/test_mamba3_siso*.py
 #             and the SISO cases of tests/modules/test_mamba3*.py)
@@ -17,9 +13,11 @@
 #   layer     tests/mamba/mamba_layer_check.py: the Mamba3 module's gradients against upstream's and
 #             a float32 reference, the gate's errors and its share of the backward time, at
 #             bf16, batch 2, seqlen 2048, 24 heads, headdim 64/128/80/96 (LAYER_ARGS adds
-#             arguments, e.g. "--in-process --rep 10")
-# UPSTREAM_PYTEST_ARGS adds pytest arguments to both test runs (e.g. "-k combined");
-# SHIPPED_S and ZGATE_S set the two runs' limits in seconds (300 and 240).
+#             arguments, e.g. "--in-process --rep 10"; about 4 minutes a headdim)
+# UPSTREAM_PYTEST_ARGS adds pytest arguments to both test runs; SHIPPED_S and ZGATE_S set their
+# limits in seconds (300 and 240). On an H200 upstream's autotuning takes minutes per test item
+# (300 s did not finish the second), so with a 10-minute limit per command run one item a call:
+#   UPSTREAM_PYTEST_ARGS="-k test_mamba3_siso_combined_batched" STAGES="build shipped zgate compare"
 # mamba_ssm is imported without its __init__.py both times, so Mamba-1's CUDA extensions
 # (selective_scan_cuda, causal_conv1d) need not be built. Logs in $OUT (build/gpu-out
 # elsewhere): stage logs, the two runs' error lines (*.err, each ending with the pytest run's
@@ -75,8 +73,5 @@ stage zgate "${ZGATE_S:-240}" 'ZGATE_MAMBA=1 upstream_tests zgate'
 stage compare 10 compare
 stage layer 520 'python3 tests/mamba/mamba_layer_check.py --mamba "$MAMBA" --json "$OUT/layer.json" ${LAYER_ARGS:-}'
 
-for f in shipped zgate compare layer; do
-  [ -f "$OUT/$f.log" ] || continue
-  echo "--- $f (tail)"; tail -n 14 "$OUT/$f.log" | cut -c1-240
-done
+for f in shipped zgate compare layer; do stage_tail $f 14; done
 stage_summary

@@ -25,8 +25,7 @@ ORIG=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags
-export BUILD CFG OUT ORIG NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
+export BUILD CFG OUT ORIG PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 stage build 170 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -1
   cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
@@ -45,9 +44,7 @@ BENCH_S=$(( ${RUN_BUDGET:-100000} - ($(date +%s) - START) - 60 )); [ $BENCH_S -g
 export BENCH_S
 stage bench $((BENCH_S + 50)) 'python3 bench/gpu_bench.py --deadline $BENCH_S --json $OUT/gpu-bench.json --png $OUT/gpu-bench.png $([ -d "$ORIG" ] && echo --orig $ORIG)'
 
-for f in cpu cuda sanitize check python hostcost overhead dist bench; do
-  [ -f "$OUT/$f.log" ] || continue
-  n=12; [ "$f" = overhead ] && n=60; [ "$f" = hostcost ] && n=14; [ "$f" = bench ] && n=40
-  echo "--- $f (tail)"; grep -v "^$" "$OUT/$f.log" | tail -n $n | cut -c1-220
+for f in cpu:12 cuda:12 sanitize:12 check:12 python:12 hostcost:14 overhead:60 dist:12 bench:40; do
+  stage_tail "${f%:*}" "${f#*:}"
 done
 stage_summary

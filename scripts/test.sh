@@ -5,13 +5,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh test || { echo "install-deps failed"; exit 1; }
-passed=0; failed=0; failed_names=()
-for stage in scripts/test.d/*.sh; do
+stages=(scripts/test.d/*.sh) failed=()
+for stage in "${stages[@]}"; do
   echo "=== stage $(basename "$stage")"
   start=$(date +%s)
-  if bash "$stage"; then passed=$((passed + 1)); r=ok; else failed=$((failed + 1)); failed_names+=("$stage"); r=FAILED; fi
+  if bash "$stage"; then r=ok; else failed+=("$stage"); r=FAILED; fi
   echo "=== stage $(basename "$stage"): $r in $(( $(date +%s) - start )) s"
 done
-[ $failed -eq 0 ] || echo "failed stages: ${failed_names[*]}"
-echo "stages: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ ${#failed[@]} -eq 0 ] || echo "failed stages: ${failed[*]}"
+echo "stages: $(( ${#stages[@]} - ${#failed[@]} )) passed, ${#failed[@]} failed"
+[ ${#failed[@]} -eq 0 ]

@@ -4,8 +4,7 @@
 # tests/python against the installed package. NumPy/ml_dtypes tests always run; PyTorch and
 # JAX (CPU) are installed best-effort from PyPI so their tests run here too; CUDA, CuPy and
 # JAX-GPU tests skip with their reason on a machine without a GPU. Budget: 8 min on 2 cores.
-#
-# Environment: ZGATE_PY_EXTRAS=0 skips installing PyTorch and JAX (their tests then skip).
+# ZGATE_PY_EXTRAS=0 skips installing PyTorch and JAX (their tests then skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=python3
@@ -14,10 +13,7 @@ pip=("$py" -m pip install -q --disable-pip-version-check)
 have() { "$py" -c "import $1" >/dev/null 2>&1; }
 
 need=()
-have numpy || need+=(numpy)
-have ml_dtypes || need+=(ml_dtypes)
-have pytest || need+=(pytest)
-have scikit_build_core || need+=(scikit-build-core)
+for m in numpy ml_dtypes pytest scikit_build_core; do have $m || need+=("$m"); done
 if [ ${#need[@]} -gt 0 ]; then "${pip[@]}" "${need[@]}"; fi
 
 if [ "${ZGATE_PY_EXTRAS:-1}" != 0 ]; then
@@ -27,9 +23,7 @@ if [ "${ZGATE_PY_EXTRAS:-1}" != 0 ]; then
     timeout 300 "${pip[@]}" torch || echo "20-python: PyTorch not installed (its tests will skip)"
     have torch || "$py" -m pip uninstall -y -q torch >/dev/null 2>&1 || true
   fi
-  if ! have jax; then
-    timeout 120 "${pip[@]}" jax || echo "20-python: JAX not installed (its tests will skip)"
-  fi
+  have jax || timeout 120 "${pip[@]}" jax || echo "20-python: JAX not installed (its tests will skip)"
 fi
 
 # Build the wheel once (no build isolation: scikit-build-core is installed above, and the

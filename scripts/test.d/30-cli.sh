@@ -7,9 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build/cli
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZGATE_BUILD_TESTS=ON >/dev/null
-targets=(zgate_tool zgate_stream_ceiling_test)
-# every documentation example this configuration builds (the CUDA one only with CUDA)
-for t in $(cmake --build "$build" --target help | grep -o 'example_[A-Za-z0-9_]*' | sort -u); do targets+=("$t"); done
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+# and every documentation example this configuration builds (the CUDA one only with CUDA)
+examples=$(cmake --build "$build" --target help | grep -o 'example_[A-Za-z0-9_]*' | sort -u)
+cmake --build "$build" -j "$(nproc)" --target zgate_tool zgate_stream_ceiling_test $examples
 cd "$build"
 ctest -L 'cli|docs' --output-on-failure

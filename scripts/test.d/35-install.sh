@@ -24,14 +24,10 @@ bash tests/scripts/install_deps_sets.sh
 
 # Fails unless program $1 (with its arguments) loads libzgate from under prefix $2.
 loads_from() {
-  local prefix=$1; shift
-  local found
+  local prefix=$1 found; shift
   found=$(ldd "$1" | grep 'libzgate\.so' || true)
-  case "$found" in
-    *"=> $prefix/"*) ;;
-    *) echo "35-install: $1 does not load libzgate from $prefix: ldd says '${found:-no libzgate}'"
-       return 1 ;;
-  esac
+  [[ "$found" == *"=> $prefix/"* ]] ||
+    { echo "35-install: $1 does not load libzgate from $prefix: ldd says '${found:-no libzgate}'"; return 1; }
   "$@" >"$work/out.txt" || { cat "$work/out.txt"; echo "35-install: $* failed"; return 1; }
 }
 

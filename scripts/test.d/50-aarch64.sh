@@ -10,25 +10,13 @@ cd "$(dirname "$0")/../.."
 build=build/aarch64
 jobs=$(nproc 2>/dev/null || echo 2)
 
-# --- what this stage needs beyond scripts/install-deps.sh: arm64 cmocka (Debian multiarch) ---
-SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
-need=()
-for p in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64 libcmocka0:arm64; do
-  installed "$p" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "50-aarch64: installing ${need[*]}"
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+# what this stage needs beyond the test set: arm64 cmocka (Debian multiarch)
+bash scripts/install-deps.sh debs gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
+  libcmocka-dev:arm64 libcmocka0:arm64
 
-# --- configure and build ---
-# The C tests are run through ZGATE_TEST_WRAPPER (tests/CMakeLists.txt): here qemu-user with
-# the cross loader and libc, the same command as the toolchain file's
-# CMAKE_CROSSCOMPILING_EMULATOR (which ctest applies to tests named by target, e.g. the
-# documentation's examples).
+# The C tests run through ZGATE_TEST_WRAPPER (tests/CMakeLists.txt): qemu-user with the cross
+# loader and libc, as the toolchain file's CMAKE_CROSSCOMPILING_EMULATOR (which ctest applies
+# to tests named by target, e.g. the documentation's examples).
 qemu="$(command -v qemu-aarch64);-L;/usr/aarch64-linux-gnu;-E;LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
 cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=Release -DZGATE_CUDA=OFF -DZGATE_BUILD_TOOLS=OFF \
@@ -39,14 +27,12 @@ cmake --build "$build" -j "$jobs" >/dev/null
 grep -q "ZGATE_HAVE_NEON" "$build"/src/CMakeFiles/zgate_objects.dir/flags.make \
   || { echo "50-aarch64: the aarch64 build has no NEON path"; exit 1; }
 
-# The C tests register one ctest entry per CPU path built (here <test>_neon and
-# <test>_scalar, each with ZGATE_CPU_ISA set), plus the documentation's examples. Every path
-# runs the quick matrix (ZGATE_TEST_QUICK=1: every dtype combination kind, the QUICK shapes,
-# every layout) to keep the stage in budget under emulation: the full matrix holds the case
-# list's model-size shapes (up to 77M elements) and takes over 20 minutes under qemu-user on
-# 2 cores, the quick one 14 s. ZGATE_AARCH64_FULL=1 runs the NEON path's full
-# matrix, as stage 10 does on x86. The CLI's tests drive the tool through host-side scripts
-# and belong to stage 30.
+# One ctest entry per test and CPU path (<test>_neon, <test>_scalar), plus the documentation's
+# examples. Every path runs the quick matrix (ZGATE_TEST_QUICK=1: every dtype combination
+# kind, the QUICK shapes, every layout): the full one holds the model-size shapes (up to 77M
+# elements) and takes over 20 minutes under qemu-user on 2 cores, the quick one 14 s.
+# ZGATE_AARCH64_FULL=1 runs the NEON path's full matrix, as stage 10 does on x86. The CLI's
+# tests drive the tool through host-side scripts and belong to stage 30.
 neon_quick=1; [ "${ZGATE_AARCH64_FULL:-0}" = 1 ] && neon_quick=0
 cd "$build"
 status=0

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Stage: the libFuzzer target on zgate's API validation, calls of every rank 0..8 and beyond
-# (tests/fuzz/, docs/reliability.md).
-# clang build with -DZGATE_FUZZ=ON, ASan + UBSan on the library and the harness, no CUDA
-# (CUDA tensors are fuzzed as validation only). First the committed seed corpus is replayed
-# as a ctest test (fuzz_corpus_replay), then the fuzzer runs for ZGATE_FUZZ_SECONDS (60)
-# from a copy of the corpus in a temporary folder, so nothing is written into the repo.
+# (tests/fuzz/, docs/reliability.md): clang, -DZGATE_FUZZ=ON, ASan + UBSan, no CUDA (CUDA
+# tensors are fuzzed as validation only). The committed seed corpus is replayed (ctest
+# fuzz_corpus_replay), then the fuzzer runs for ZGATE_FUZZ_SECONDS (60) from a temporary copy.
 # Any crash, leak, sanitizer report or harness contract violation fails the stage; the
 # failing input is kept under build/ci-fuzz/artifacts/ and printed in base64. Last, a table
 # of the run's corpus by rank.
@@ -41,8 +39,7 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 echo "60-fuzz: no crash, leak, sanitizer report or contract violation in ${seconds} s"
-# What the run covered: its corpus replayed, each case counted by the call's rank ("mixed":
-# tensors of different ndim) and by whether zgate accepted it.
+# The run's corpus replayed, each case counted by rank ("mixed": tensors of different ndim)
 echo "60-fuzz: the run's corpus by rank"
 printf '%10s %9s %9s\n' rank accepted refused
 ZGATE_FUZZ_VERBOSE=1 "$build/tests/fuzz/zgate_fuzz_replay" "$work/corpus" 2>&1 >/dev/null |

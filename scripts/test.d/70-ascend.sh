@@ -15,14 +15,7 @@ py=python3
 root=$PWD
 
 # libclang-rt-19-dev: the builtins that tests/ascend links the lowered kernels with (--rtlib=compiler-rt)
-debs=(mlir-19-tools llvm-19 clang-19 libmlir-19 libclang-rt-19-dev)
-missing=()
-for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "70-ascend: apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/install-deps.sh debs mlir-19-tools llvm-19 clang-19 libmlir-19 libclang-rt-19-dev
 
 # 1. interpreter, upstream Triton (comes with PyTorch)
 if ! "$py" -c "import torch, triton" 2>/dev/null; then
