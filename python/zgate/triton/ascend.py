@@ -169,14 +169,12 @@ def parse_hivm(text):
     ub = max((off + size for off, size in bufs.values()), default=0)
     cap = re.search(r'"UB_SIZE",\s*(\d+)\s*:\s*i\d+', text)
     pairs = [(bufs.get(a), bufs.get(b)) for a, b in _SELECT.findall(text)]
-    ping_pong = [p for p in pairs if p[0] and p[1] and
-                 (p[0][0] + p[0][1] <= p[1][0] or p[1][0] + p[1][1] <= p[0][0])]
+    disjoint = all(p and q and (p[0] + p[1] <= q[0] or q[0] + q[1] <= p[0]) for p, q in pairs)
     copy_calls = re.findall(r"call @((?:load_gm_to_ubuf|store_ubuf_to_gm)\w*)", text)
     return {
         "ub_bytes": ub,
         "ub_capacity_bytes": int(cap.group(1)) // 8 if cap else None,
-        "double_buffered": bool(copy_calls) and len(ping_pong) == len(pairs)
-                           and len(ping_pong) >= len(copy_calls),
+        "double_buffered": bool(copy_calls) and disjoint and len(pairs) >= len(copy_calls),
         "scalar_accesses": len(re.findall(r"\bmemref\.(?:load|store)\b", text)),
         "copies": sorted(set(copy_calls)),
     }

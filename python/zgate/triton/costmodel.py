@@ -33,13 +33,12 @@ def tile_loop_calls(text):
     """(per_tile, conditional, outside) lists of vector routine names (`v...`) called in
     @gate_kernel: directly in its outermost scf.for, nested deeper in that loop (tail-only
     fills), and outside the loop."""
-    lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if "func.func @gate_kernel(" in l), None)
-    if start is None:
+    start = text.find("func.func @gate_kernel(")
+    if start < 0:
         raise ValueError("no func.func @gate_kernel in the HIVM IR")
     per_tile, conditional, outside = [], [], []
     depth, loop_depth = 0, None
-    for line in lines[start:]:
+    for line in text[start:].splitlines():
         m = re.search(r"func\.call @(v[a-z]+\w*)\(", line)
         if m:
             if loop_depth is None or depth < loop_depth:

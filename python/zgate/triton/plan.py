@@ -41,9 +41,8 @@ def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
     """Layout of tensors of one 4-D `shape` with the given element strides, or None when some
     tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor).
     Once the columns are taken at most three dims remain, so at most three levels."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    if not dims:
-        dims = [(1, [1] * len(strides))]
+    dims = ([(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+            or [(1, [1] * len(strides))])                   # every dim of size 1
     n_cols, inner = dims.pop()
     if any(s != 1 for s in inner):
         return None
