@@ -68,9 +68,9 @@ def _sh(cmd):
 
 def kernel_args_of(op, dtypes, layout, tiles):
     """(args, constexprs) by name, as a launch of this plan passes them; pointers as
-    ascend._Ptr of the op's dtypes (public order) at address 0, as the report compiles them
+    ascend.ptr_arg of the op's dtypes (public order) at address 0, as the report compiles them
     (their alignment only sets tt.divisibility hints, which the CPU lowering ignores)."""
-    return kernel_arguments(op, [ascend._Ptr(d) for d in dtypes], layout, tiles)
+    return kernel_arguments(op, [ascend.ptr_arg(d) for d in dtypes], layout, tiles)
 
 
 def linalg_text(op, dtypes, layout, tiles):
@@ -81,7 +81,7 @@ def linalg_text(op, dtypes, layout, tiles):
 
 def _linalg_to_llir(mlir_path):
     """triton-ascend's linalg_to_llir (its pass list and mlir-translate) on our MLIR 19."""
-    _, backend_cls, *_ = ascend._toolchain()
+    backend_cls, _ = ascend._toolchain()
     fn = backend_cls.add_stages.__globals__.get("linalg_to_llir")
     if fn is None:
         raise ToolchainError("this triton-ascend has no linalg_to_llir in its compiler module")

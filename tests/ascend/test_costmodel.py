@@ -215,12 +215,15 @@ def test_predictions_against_an_a100(tmp_path):
     r = ascend.ascend_compile_report("Ascend910B2", "bwd", ("bfloat16",) * 5, "dense", 64,
                                      keep_dir=str(tmp_path))
     c = r["cost"]
-    rows = c["predictions"][0]
+    rows = c["predictions"]
     shapes = [tuple(s) for s in cases.real_shapes()]
     assert [p["shape"] for p in rows] == shapes and len(shapes) == 8
     p = rows[shapes.index((4, 4096, 64, 64))]
     assert p["bytes"] == 4 * 4096 * 64 * 64 * 10
-    # HBM-bound at 1.6 TB/s: no faster than the bytes at the full bandwidth
-    assert p["npu_us"] >= p["bytes"] / 1.6e12 * 1e6
+    assert [h["bytes_per_s"] for h in c["hbm"]] == [1.6e12, 1.8e12] and len(p["at"]) == 2
+    # HBM-bound: no faster than the bytes at the full bandwidth
+    for h, at in zip(c["hbm"], p["at"]):
+        assert at["npu_us"] >= p["bytes"] / h["bytes_per_s"] * 1e6
+        assert at["vs A100 40GB"] == pytest.approx(p["A100 40GB us"] / at["npu_us"])
+        assert at["vs A100 80GB"] == pytest.approx(p["A100 80GB us"] / at["npu_us"])
     assert p["A100 40GB us"] == pytest.approx(p["bytes"] / (1.555e12 * 0.9) * 1e6)
-    assert p["vs A100 40GB"] == pytest.approx(p["A100 40GB us"] / p["npu_us"])

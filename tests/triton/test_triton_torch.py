@@ -144,6 +144,7 @@ def test_refusals_write_nothing():
     out = torch.full((1, 2, 3, 4), 7.0)
     _err(lambda: zt.bwd(a, b, torch.randn(1, 2, 3, 5), dz=out), S.ERR_SHAPE_MISMATCH)
     _err(lambda: zt.bwd(a, b, c[0], dz=out), S.ERR_NDIM)
+    assert "z is a NoneType" in str(_err(lambda: zt.bwd(a, None, c, dz=out), None))
     e = _err(lambda: zt.bwd(a, b.to(torch.int32), c, dz=out), S.ERR_DTYPE)
     assert "int32" in str(e)
     _err(lambda: zt.bwd(a, b, c, dz=b), S.ERR_ALIAS)

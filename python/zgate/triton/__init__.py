@@ -1,12 +1,9 @@
 """zgate's gate as a Triton kernel: Ascend NPUs through triton-ascend, NVIDIA GPUs through
 Triton, CPU tensors under TRITON_INTERPRET=1. bwd and fwd take the arguments of zgate.bwd /
 zgate.fwd and give their results and errors (zgate.Error), on PyTorch tensors of one device
-(docs/api.md). The kernel (kernel.py) takes every layout whose innermost dim is contiguous in
-place, Z as a view into the input projection included; a tensor whose headdim stride is not 1
-is copied once (inputs) or computed into a compact buffer and copied back (outputs). The
-configuration is a function of the shape and dtypes (plan.py): nothing is tuned, so the first
-call costs one compile per dtype combination and tile shape. Outputs whose memory overlaps
-another tensor are refused, except dout_scaled given as dout itself (inplace).
+(docs/api.md). The kernel takes in place every layout whose innermost dim is contiguous (Z as
+a view into the input projection included); any other tensor goes through a compact copy.
+Nothing is tuned (plan.py), so the first call costs one compile per dtypes and tile shape.
 zgate.triton.ascend compiles the kernel for an Ascend 910B target without an NPU.
 """
 import contextlib
@@ -51,9 +48,10 @@ def available(device_type):
 
 def _check(named, n_in):
     """zgate's contract on torch tensors: `named` is [(name, tensor)], the `n_in` inputs
-    first, then the outputs (None where not given). Raises zgate.Error, writes nothing."""
+    first, then the outputs (None where not given). Raises zgate.Error, writes nothing.
+    Outputs may not overlap another tensor, except dout_scaled given as dout (in place)."""
     import torch
-    named = [(n, t) for n, t in named if t is not None]
+    named = named[:n_in] + [(n, t) for n, t in named[n_in:] if t is not None]
     for n, t in named:
         if not isinstance(t, torch.Tensor):
             raise Error(None, "zgate.triton: %s is a %s, not a torch.Tensor" % (
@@ -80,14 +78,13 @@ def _check(named, n_in):
         raise Error(Status.ERR_DEVICE_UNSUPPORTED, why)
     if first.numel() == 0:
         return
-    spans = [_span(t) for _, t in named]
-    for i in range(n_in, len(named)):
-        name, t = named[i]
+    for name, t in named[n_in:]:
         if not _injective(t):
             raise Error(Status.ERR_OUTPUT_SELF_OVERLAP, "two elements of %s share memory "
                         "(a zero or overlapping stride)" % name)
-        for j, (other, u) in enumerate(named):
-            if j == i or spans[i][1] <= spans[j][0] or spans[j][1] <= spans[i][0]:
+        for other, u in named:
+            (a, b), (c, d) = _span(t), _span(u)
+            if other == name or b <= c or d <= a:
                 continue
             if {name, other} == {"dout", "dout_scaled"}:
                 if (u.dtype, u.stride(), u.data_ptr()) == (t.dtype, t.stride(), t.data_ptr()):
@@ -128,27 +125,21 @@ def _launch(op, tensors, outputs):
     work = [t.contiguous() if c and i not in outputs else t
             for i, (t, c) in enumerate(zip(tensors, copied))]
     copy_back = [i for i in outputs if copied[i]]
-    for i in copy_back:
-        if op == "bwd" and i == 4 and tensors[4] is tensors[0]:
-            work[4] = work[0]            # in place: dout's compact copy takes dos
-        else:
-            work[i] = torch.empty_like(tensors[i], memory_format=torch.contiguous_format)
+    for i in copy_back:   # in place (dos is dout): dout's compact copy takes dos
+        work[i] = work[0] if tensors[i] is tensors[0] else torch.empty_like(
+            tensors[i], memory_format=torch.contiguous_format)
     from .kernel import gate_kernel
     args, consts = _plan.kernel_arguments(op, work, layout, tiles)
+    # NPU: one program per vector core, each looping over tiles; GPU: one program per tile;
+    # interpreter: a few programs, so the tile loop runs.
+    programs = (3 if os.environ.get("TRITON_INTERPRET") == "1" else
+                _npu_cores(dev.index or 0) if dev.type == "npu" else _plan.INT32_MAX)
     device = getattr(torch, dev.type).device(dev) if dev.type in ("cuda", "npu") else (
         contextlib.nullcontext())
     with device:
-        gate_kernel[(_grid(dev, tiles.n_tiles),)](**args, **consts)
+        gate_kernel[(max(1, min(tiles.n_tiles, programs)),)](**args, **consts)
     for i in copy_back:
         tensors[i].copy_(work[i])
-
-
-def _grid(dev, n_tiles):
-    """NPU: one program per vector core (asked from the runtime), each looping over tiles.
-    GPU: one program per tile. Interpreter: a few programs, so the tile loop runs."""
-    cap = (3 if os.environ.get("TRITON_INTERPRET") == "1" else
-           _npu_cores(dev.index or 0) if dev.type == "npu" else _plan.INT32_MAX)
-    return max(1, min(n_tiles, cap))
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,13 +5,9 @@ annotations) on any host; bishengir-compile (from the ascendnpu-ir wheel) then r
 HIVM and the UB planner and stops only where it calls CANN's device code generator, hivmc,
 which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the final HIVM IR:
 every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines.
-
-    python -m zgate.triton.ascend [--targets ...] [--ops ...] [--dtypes ...] [--layouts ...]
-                                  [--headdim N] [--predict]
-
-prints two lines per combination: the UB plan, then the vector-cost model (costmodel.py).
-Needs triton-ascend and ascendnpu-ir in the running Python (never in the same environment
-as upstream triton: both install a package named triton).
+`python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan, then
+the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir (never in one
+environment with upstream triton: both install a package named triton).
 """
 import argparse
 import itertools
@@ -21,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 
 from . import costmodel as _cost
 from . import plan as _plan
@@ -38,46 +35,34 @@ class ToolMissing(RuntimeError):
 
 
 def _toolchain():
+    """(triton-ascend's compiler class, bishengir-compile's path), or ToolMissing."""
     try:
         import triton
         from triton.backends import backends
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler.compiler import ASTSource
+        import ascendnpuir
     except ImportError as e:
-        raise ToolMissing("zgate.triton.ascend needs triton-ascend: pip install "
-                          "triton-ascend==3.2.0 pybind11 (%s)" % e) from e
+        raise ToolMissing("zgate.triton.ascend needs pip install triton-ascend==3.2.0 "
+                          "ascendnpu-ir==1.2.0 pybind11 (%s)" % e) from e
     if "ascend" not in backends:
         raise ToolMissing("the installed triton (%s) has no 'ascend' backend: install "
                           "triton-ascend in an environment without upstream triton"
                           % triton.__version__)
-    try:
-        import ascendnpuir
-    except ImportError as e:
-        raise ToolMissing("bishengir-compile comes with ascendnpu-ir: pip install "
-                          "ascendnpu-ir==1.2.0") from e
     bishengir = os.path.join(os.path.dirname(ascendnpuir.__file__), "bin", "bishengir-compile")
     if not os.access(bishengir, os.X_OK):
         raise ToolMissing("bishengir-compile not found at %s" % bishengir)
-    return triton, backends["ascend"].compiler, GPUTarget, ASTSource, bishengir
+    return backends["ascend"].compiler, bishengir
 
 
-class _Ptr:
-    """A pointer argument as the JIT's specialisation sees it: dtype, address 0."""
-    def __init__(self, dtype):
-        self.dtype = "*" + TRITON_DTYPE[dtype]
-        self._size = _plan.DTYPE_BYTES[dtype]
-
-    def data_ptr(self):
-        return 0
-
-    def element_size(self):
-        return self._size
+def ptr_arg(dtype):
+    """A pointer argument as the JIT's specialisation sees it: its dtype, address 0."""
+    return types.SimpleNamespace(dtype="*" + TRITON_DTYPE[dtype], data_ptr=lambda: 0,
+                                 element_size=lambda: _plan.DTYPE_BYTES[dtype])
 
 
 def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
-    """(args, constexprs) of the kernel, pointers as _Ptr, for the representative call the
-    report compiles: (2, 2048, 24, headdim), dense or with Z as a view into a projection of
-    width REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given."""
+    """(args, constexprs) of the kernel, pointers as ptr_arg(), for the call the report
+    compiles: REPORT_BLH + (headdim,), dense or with Z as a view into a projection of width
+    REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given."""
     dtypes = [SHORT[d] for d in dtypes]
     shape = REPORT_BLH + (headdim,)
     strides = [_plan.compact_strides(shape)] * len(dtypes)
@@ -85,30 +70,32 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
         strides[1] = (shape[1] * REPORT_PROJ, REPORT_PROJ, headdim, 1)   # z: second in both ops
     elif layout != "dense":
         raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
-    lay = _plan.collapse(shape, strides)
-    tiles = _plan.choose_tiles(lay, tile_elems or _plan.npu_tile(op, dtypes))
-    return _plan.kernel_arguments(op, [_Ptr(d) for d in dtypes], lay, tiles)
+    tile = tile_elems or _plan.npu_tile(op, dtypes)
+    _, lay, tiles = _plan.plan_call(shape, tuple(strides), tile)
+    return _plan.kernel_arguments(op, [ptr_arg(d) for d in dtypes], lay, tiles)
 
 
 def linalg_of(args, consts, target="Ascend910B2"):
     """triton-ascend's front end for the NPU on kernel arguments by name (as
-    plan.kernel_arguments gives them, pointers as _Ptr), specialised on their values as a
-    launch is: (linalg text, metadata)."""
-    triton, backend_cls, GPUTarget, ASTSource, _ = _toolchain()
-    from .kernel import gate_kernel
+    plan.kernel_arguments gives them, pointers as ptr_arg()), specialised on their values as
+    a launch is: (linalg text, metadata)."""
+    backend_cls, _ = _toolchain()
+    import triton
+    from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
+    from triton.compiler.compiler import ASTSource
+    from .kernel import gate_kernel
     gtarget = GPUTarget("npu", target, 0)
-    backend = make_backend(gtarget)
     params = gate_kernel.params
-    vals = [args.get(p.name, consts.get(p.name)) for p in params]
-    attrs = backend.get_attrs_descriptor(params, vals)
+    vals = [{**args, **consts}[p.name] for p in params]
+    attrs = make_backend(gtarget).get_attrs_descriptor(params, vals)
     fixed = attrs.get_constants()
     signature, constants = {}, {}
     for p, v in zip(params, vals):
         if p.is_constexpr or p.num in fixed:
             constants[p.name] = v
         if not p.is_constexpr:
-            signature[p.name] = (v.dtype if isinstance(v, _Ptr)
+            signature[p.name] = (v.dtype if not isinstance(v, int)
                                  else "i32" if -2**31 <= v < 2**31 else "i64")
     stage_globals = backend_cls.add_stages.__globals__
     caught = {}
@@ -137,7 +124,7 @@ class UBOverflow(RuntimeError):
 def compile_hivm(linalg, metadata, target, workdir, multibuffer=None):
     """Run bishengir-compile to the final HIVM IR; its path. Raises UBOverflow or
     RuntimeError when the compile stops anywhere but at the missing hivmc."""
-    *_, bishengir = _toolchain()
+    _, bishengir = _toolchain()
     src = os.path.join(workdir, "kernel.mlir")
     with open(src, "w") as f:
         f.write(linalg)
@@ -182,14 +169,12 @@ def parse_hivm(text):
     ub = max((off + size for off, size in bufs.values()), default=0)
     cap = re.search(r'"UB_SIZE",\s*(\d+)\s*:\s*i\d+', text)
     pairs = [(bufs.get(a), bufs.get(b)) for a, b in _SELECT.findall(text)]
-    ping_pong = [p for p in pairs if p[0] and p[1] and
-                 (p[0][0] + p[0][1] <= p[1][0] or p[1][0] + p[1][1] <= p[0][0])]
+    disjoint = all(p and q and (p[0] + p[1] <= q[0] or q[0] + q[1] <= p[0]) for p, q in pairs)
     copy_calls = re.findall(r"call @((?:load_gm_to_ubuf|store_ubuf_to_gm)\w*)", text)
     return {
         "ub_bytes": ub,
         "ub_capacity_bytes": int(cap.group(1)) // 8 if cap else None,
-        "double_buffered": bool(copy_calls) and len(ping_pong) == len(pairs)
-                           and len(ping_pong) >= len(copy_calls),
+        "double_buffered": bool(copy_calls) and disjoint and len(pairs) >= len(copy_calls),
         "scalar_accesses": len(re.findall(r"\bmemref\.(?:load|store)\b", text)),
         "copies": sorted(set(copy_calls)),
     }
@@ -197,13 +182,9 @@ def parse_hivm(text):
 
 def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
                           layout="dense", headdim=64, tile_elems=None, keep_dir=None):
-    """Compile the real kernel for `target` through triton-ascend and bishengir-compile and
-    return the UB plan of its final HIVM IR (see parse_hivm), with the tile it used,
-    `hivm_path` (the IR kept on disk, under keep_dir or a fresh temporary directory) and
-    `cost`: the vector-cost model of costmodel.model (per-tile vector calls by kind, their
-    cycles under Huawei's published table, the tile's HBM cycles at each bandwidth, the
-    ratio and the bound that wins, predicted times against an A100 on the request's
-    shapes)."""
+    """Compile the kernel for `target` through triton-ascend and bishengir-compile: the UB
+    plan of its final HIVM IR (parse_hivm) with the tile it used, `hivm_path` (the IR, kept
+    under keep_dir or a fresh temporary directory) and `cost` (costmodel.model)."""
     dtypes = tuple(SHORT[d] for d in dtypes)
     if (op, len(dtypes)) not in (("bwd", 5), ("fwd", 3)):
         raise ValueError("op is 'bwd' with 5 dtypes (dout, z, o, dz, dout_scaled) or 'fwd' "
@@ -216,10 +197,10 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
     with open(hivm) as f:
         text = f.read()
     rep = parse_hivm(text)
-    tile = consts["BLOCK_R"] * consts["BLOCK_C"]
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
                block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], lean=consts["LEAN"],
-               hivm_path=hivm, cost=_cost.model(text, target, dtypes, tile))
+               hivm_path=hivm, cost=_cost.model(text, target, dtypes,
+                                                consts["BLOCK_R"] * consts["BLOCK_C"]))
     return rep
 
 
@@ -228,10 +209,9 @@ def _ratio(x):
 
 
 def _print(r, predict):
-    """Print a report: its UB plan, its vector-cost model and, with `predict` on the dense
-    layout, one line per request shape: the predicted time at each bandwidth and the speed
-    against an A100 40 GB / 80 GB at 90% of their bandwidth (A100 time / NPU time). True
-    when the plan holds (UB within capacity, double-buffered, no scalar accesses)."""
+    """Print a report (with `predict` on the dense layout, a line per request shape as
+    --help says); True when the plan holds (UB within capacity, double-buffered, no scalar
+    accesses)."""
     c = r["cost"]
     ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
           and r["scalar_accesses"] == 0)
@@ -250,22 +230,14 @@ def _print(r, predict):
         "; ".join("%.1f TB/s %.0f cycles, vector/HBM %s, %s-bound" % (
             h["bytes_per_s"] / 1e12, h["cycles"], _ratio(h["ratio"]), h["bound"])
             for h in c["hbm"])))
-    for i, row in enumerate(c["predictions"][0] if predict and r["layout"] == "dense" else []):
+    for row in c["predictions"] if predict and r["layout"] == "dense" else []:
         parts = ["%.1f TB/s %s us, x%s / x%s" % (
-            h["bytes_per_s"] / 1e12, "?" if p[i]["npu_us"] is None else "%.1f" % p[i]["npu_us"],
-            _ratio(p[i]["vs A100 40GB"]).strip(), _ratio(p[i]["vs A100 80GB"]).strip())
-            for h, p in zip(c["hbm"], c["predictions"])]
+            h["bytes_per_s"] / 1e12, "?" if p["npu_us"] is None else "%.1f" % p["npu_us"],
+            _ratio(p["vs A100 40GB"]).strip(), _ratio(p["vs A100 80GB"]).strip())
+            for h, p in zip(c["hbm"], row["at"])]
         print("      %-15s %7.1f MB: %s" % ("x".join(map(str, row["shape"])), row["bytes"] / 1e6,
                                            "; ".join(parts)))
     return ok
-
-
-def _combos(ops, dtype_sets):
-    """(op, dtypes): one dtype for every tensor, or with 'all' every per-tensor combination."""
-    for op, ds in itertools.product(ops, dtype_sets):
-        n = 5 if op == "bwd" else 3
-        yield from ((op, c) for c in (itertools.product(_plan.DTYPE_BYTES, repeat=n)
-                                      if ds == "all" else [(SHORT[ds],) * n]))
 
 
 def main(argv=None):
@@ -288,15 +260,16 @@ def main(argv=None):
     except ToolMissing as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    n, bad = 0, 0
-    for target in a.targets.split(","):
-        for op, dtypes in _combos(a.ops.split(","), a.dtypes.split(",")):
+    ok = []
+    for target, op, ds in itertools.product(*(x.split(",") for x in (a.targets, a.ops, a.dtypes))):
+        n = 5 if op == "bwd" else 3
+        for dtypes in (itertools.product(_plan.DTYPE_BYTES, repeat=n) if ds == "all"
+                       else [(SHORT[ds],) * n]):
             for layout in a.layouts.split(","):
-                bad += not _print(ascend_compile_report(target, op, dtypes, layout, a.headdim),
-                                  a.predict)
-                n += 1
-    print("%d compiled, %d outside the plan" % (n, bad))
-    return 1 if bad else 0
+                r = ascend_compile_report(target, op, dtypes, layout, a.headdim)
+                ok.append(_print(r, a.predict))
+    print("%d compiled, %d outside the plan" % (len(ok), ok.count(False)))
+    return 0 if all(ok) else 1
 
 
 if __name__ == "__main__":

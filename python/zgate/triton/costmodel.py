@@ -1,18 +1,14 @@
-"""A vector-cost model of the kernel on Ascend 910B, from its final HIVM IR and a published
-per-instruction table. No Triton import: it reads IR text and the table (vector_costs.json).
+"""A vector-cost model of the kernel on Ascend 910B from its final HIVM IR and Huawei's
+per-instruction fit (vector_costs.json names its file and commit). No Triton import.
 
-Per tile, the vector unit runs the vector routines called directly in the program's tile loop
-(`func.call @v...` inside the `scf.for`, not under an `scf.if` in it: those are the fills of
-partial tail tiles). Each costs k * n + b cycles for a tile of n elements, k and b from
-Huawei's fit (vector_costs.json names the file and commit). A routine the table does not know
-is listed as unknown and leaves the total undefined (None), never free.
-
-Against it, the tile's HBM time: its bytes (every tensor read or written once) over the
-vector core's share of HBM bandwidth, bandwidth / cores / clock bytes a cycle. The ratio
-vector / HBM says which bound wins if copies and computation overlap perfectly. What the model
-cannot know: the overlap itself (double buffering makes it possible, not perfect), the
-synchronisation between pipes, the real per-core bandwidth and clock, and whether the fit
-holds for this kernel's buffers.
+Per tile, the vector unit runs the routines called directly in the tile loop (`func.call @v...`
+in the `scf.for`; those under an `scf.if` in it fill partial tail tiles), each k * n + b
+cycles for n elements. A routine the table does not know leaves the total undefined (None),
+never free. Against it, the tile's HBM time: its bytes (each tensor once) over the vector
+core's share of the bandwidth; vector / HBM says which bound wins if copies and computation
+overlap perfectly. The model cannot know the overlap itself (double buffering makes it
+possible, not perfect), the synchronisation between pipes, the real per-core bandwidth and
+clock, nor whether the fit holds for this kernel's buffers.
 """
 import collections
 import functools
@@ -37,13 +33,12 @@ def tile_loop_calls(text):
     """(per_tile, conditional, outside) lists of vector routine names (`v...`) called in
     @gate_kernel: directly in its outermost scf.for, nested deeper in that loop (tail-only
     fills), and outside the loop."""
-    lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if "func.func @gate_kernel(" in l), None)
-    if start is None:
+    start = text.find("func.func @gate_kernel(")
+    if start < 0:
         raise ValueError("no func.func @gate_kernel in the HIVM IR")
     per_tile, conditional, outside = [], [], []
     depth, loop_depth = 0, None
-    for line in lines[start:]:
+    for line in text[start:].splitlines():
         m = re.search(r"func\.call @(v[a-z]+\w*)\(", line)
         if m:
             if loop_depth is None or depth < loop_depth:
@@ -67,16 +62,11 @@ def classify(name):
     row = t["hivm_calls"].get(op)
     if row is None:
         return None, "no table row for %s" % op, False
-    if row == "Cast":
-        m = re.match(r"vcast_(\w+?)_to_(\w+?)_1d", name)
-        if not m or m.group(1) not in _TYPES or m.group(2) not in _TYPES:
-            return None, "cast of unknown types", False
-        key = "%sto%s" % (_TYPES[m.group(1)], _TYPES[m.group(2)])
-    else:
-        types = [_TYPES[w] for w in name.split("_") if w in _TYPES]
-        if not types:
-            return None, "no element type in the name", False
-        key = "%sto%s" % (types[-1], types[-1])
+    # element types in the name: a cast's source and destination, else the operands' type
+    types = [_TYPES[w] for w in re.findall(r"_(float|half|bfloat16_t)(?=_|$)", name)]
+    if len(types) != (2 if row == "Cast" else 1):
+        return None, "element types %s in the name" % types, False
+    key = "%sto%s" % (types[0], types[-1])
     if row in ("Compare", "CompareScalar"):
         m = re.match(r"vcmps?_(eq|ne|ge|gt|le|lt)_", name)
         if not m:
@@ -135,6 +125,7 @@ def hbm_cost(target, vector_cores, tile_elems, dtypes, vector_cycles=None):
 
 
 def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
+<<<<<<< HEAD
     """Predicted kernel time on dense tensors of each request shape at one bandwidth (`hbm`,
     an entry of hbm_cost): each core runs its share of the tiles, a tile taking max(vector,
     HBM) cycles (copies and computation overlapping perfectly); and the speed against an
@@ -144,30 +135,37 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
     t = table()
     comp = t["competitor"]
     per_elem = sum(_plan.DTYPE_BYTES[d] for d in dtypes)
+=======
+    """Per request shape (the case list's model sizes), dense: its bytes, an A100's time
+    streaming them at 90% of its datasheet bandwidth and, in "at", per bandwidth of `hbm`
+    (hbm_cost's): the kernel's time, each core running its share of the tiles at max(vector,
+    HBM) cycles a tile (perfect overlap), and the speed against each A100 (time_A100 /
+    time_NPU: the request asks for 0.9 or more)."""
+    from ..selfcheck import real_shapes
+    comp, clock = table()["competitor"], table()["platform"][target]["clock_hz"]
+    a100s = ("A100 40GB", "A100 80GB")
+>>>>>>> npu
     rows = []
     for shape in map(tuple, real_shapes()):
-        n = math.prod(shape)
-        tiles = _plan.choose_tiles(_plan.collapse(shape, [_plan.compact_strides(shape)]),
-                                   tile_elems)
-        secs = None
-        if vector_cycles is not None:
-            rounds = -(-tiles.n_tiles // vector_cores)
-            secs = rounds * max(vector_cycles, hbm["cycles"]) / t["platform"][target]["clock_hz"]
-        row = {"shape": shape, "bytes": n * per_elem,
-               "npu_us": None if secs is None else secs * 1e6}
-        for name in ("A100 40GB", "A100 80GB"):
-            ta = n * per_elem / (comp[name] * comp["efficiency"])
-            row[name + " us"] = ta * 1e6
-            row["vs " + name] = None if secs is None else ta / secs
+        nbytes = math.prod(shape) * sum(_plan.DTYPE_BYTES[d] for d in dtypes)
+        _, _, tiles = _plan.plan_call(shape, (_plan.compact_strides(shape),), tile_elems)
+        ta = {a: nbytes / (comp[a] * comp["efficiency"]) for a in a100s}
+        row = {"shape": shape, "bytes": nbytes, "at": []}
+        row.update((a + " us", ta[a] * 1e6) for a in a100s)
+        for h in hbm:
+            secs = None if vector_cycles is None else (
+                -(-tiles.n_tiles // vector_cores) * max(vector_cycles, h["cycles"]) / clock)
+            at = {"npu_us": None if secs is None else secs * 1e6}
+            at.update(("vs " + a, None if secs is None else ta[a] / secs) for a in a100s)
+            row["at"].append(at)
         rows.append(row)
     return rows
 
 
 def model(text, target, dtypes, tile_elems, cores=None):
-    """The whole model for one compiled case: vector_cost, the tile's HBM bytes and cycles
-    per bandwidth with their ratios, and predictions for the request's shapes at each
-    bandwidth. `target` picks the clock and bandwidths; `cores`, the vector cores sharing
-    the bandwidth, defaults to the IR's own target spec (VECTOR_CORE_COUNT)."""
+    """vector_cost, hbm_cost and predict of one compiled case. `target` picks the clock and
+    bandwidths; `cores`, the vector cores sharing the bandwidth, defaults to the IR's own
+    target spec (VECTOR_CORE_COUNT)."""
     if cores is None:
         m = re.search(r'"VECTOR_CORE_COUNT",\s*(\d+)', text)
         if not m:
@@ -175,6 +173,6 @@ def model(text, target, dtypes, tile_elems, cores=None):
         cores = int(m.group(1))
     vc = vector_cost(text, tile_elems)
     nbytes, hbm = hbm_cost(target, cores, tile_elems, dtypes, vc["vector_cycles"])
-    vc.update(vector_cores=cores, tile_bytes=nbytes, hbm=hbm, predictions=[
-        predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, h) for h in hbm])
+    vc.update(vector_cores=cores, tile_bytes=nbytes, hbm=hbm,
+              predictions=predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, hbm))
     return vc

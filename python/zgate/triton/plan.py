@@ -1,25 +1,21 @@
 """How one call maps onto the Triton kernel: no Triton import, so it is testable anywhere.
 
-A call's tensors share a 4-D shape and each has its own element strides. collapse() turns
-them into the kernel's four levels (qa, qb, rows, cols): size-1 dims are dropped, columns
-are the longest innermost run that is contiguous in every tensor, and the remaining dims
-become rows and outer indices, merging neighbours wherever every tensor allows it. The
-common cases become two levels or one: dense tensors are one row of n elements; Z as a view
-into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L rows of H*D
-columns, Z's row stride P.
-
-choose_tiles() picks the tile from the columns, the rows and a tile size in elements that
-depends only on the target and the dtypes (npu_tile, GPU_TILE): no search, no autotuning.
-kernel_arguments() turns a plan into the kernel's arguments by name.
+collapse() turns a call's tensors (one 4-D shape, per-tensor element strides) into the
+kernel's four levels (qa, qb, rows, cols): size-1 dims are dropped, columns are the longest
+innermost run contiguous in every tensor, the other dims become rows and outer indices,
+neighbours merged wherever every tensor allows. Dense tensors are one row of n elements; Z
+as a view into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L
+rows of H*D columns, Z's row stride P. choose_tiles() picks the tile: no search, no
+autotuning.
 """
 import functools
+import math
 from typing import NamedTuple, Sequence, Tuple
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 INT32_MAX = 2 ** 31 - 1
 MIN_BLOCK_C = 16          # 32 bytes of a 16-bit type: the NPU's UB alignment
-# The kernel slot each tensor of an op fills, in the op's public order; the backward's
-# order is the kernel's own.
+# The kernel slot of each of an op's tensors, in the op's public order.
 SLOTS = {"bwd": ("dout", "z", "o", "dz", "dos"), "fwd": ("o", "z", "dz")}
 
 
@@ -38,20 +34,15 @@ class Tiles(NamedTuple):
 
 def compact_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     """Element strides of a compact row-major tensor of `shape`."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
+    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
 def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
     """Layout of tensors of one 4-D `shape` with the given element strides, or None when some
     tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor).
     Once the columns are taken at most three dims remain, so at most three levels."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    if not dims:
-        dims = [(1, [1] * len(strides))]
+    dims = ([(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+            or [(1, [1] * len(strides))])                   # every dim of size 1
     n_cols, inner = dims.pop()
     if any(s != 1 for s in inner):
         return None
@@ -80,7 +71,7 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
     rows rounded up to a power of two, and small enough that offsets inside a tile stay
     int32."""
     n_qa, n_qb, n_rows, n_cols = layout.sizes
-    row_stride = max([abs(st[2]) for st in layout.strides] + [0])
+    row_stride = max(abs(st[2]) for st in layout.strides)
     rows_pow2 = 1 << (max(n_rows, 1) - 1).bit_length()
     best = None
     c = MIN_BLOCK_C
@@ -96,13 +87,12 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
     return best[1]
 
 
-# Tile sizes in elements, no search. Ascend 910B: the largest power of two that
-# bishengir-compile keeps double-buffered in a vector core's 192 KB UB. 4096 for every dtype
-# combination of both ops (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops
-# to single buffering); 8192 for the forward on 16-bit tensors only (196608 bytes), where it
-# spreads each vector instruction's fixed cost over twice the elements (costmodel.py: 0.81
-# -> 0.73 of the HBM time at 1.8 TB/s). ascend.py's report and tests/ascend check it for
-# every combination and target.
+# Tile sizes in elements. Ascend 910B: the largest power of two that bishengir-compile keeps
+# double-buffered in a vector core's 192 KB UB: 4096 for every combination of both ops
+# (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops to single buffering),
+# 8192 for the forward on 16-bit tensors (196608 bytes; each vector instruction's fixed cost
+# spread over twice the elements: 0.81 -> 0.73 of the HBM time at 1.8 TB/s). tests/ascend
+# checks it for every combination and target.
 NPU_TILE = 4096
 NPU_TILE_FWD_16BIT = 8192
 # GPU, one program per tile: on an H200, 1024 elements was best or within 1% of best on four
@@ -130,9 +120,8 @@ def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile
 
 
 def kernel_arguments(op, ptrs, layout, tiles):
-    """(runtime args by name, constexprs by name). `ptrs` in the op's public order: bwd
-    (dout, z, o, dz, dout_scaled), fwd (o, z, out): torch tensors, or anything with
-    data_ptr(), a Triton dtype string and element_size(). The forward's unused slots get z's
+    """(runtime args by name, constexprs by name). `ptrs`: the op's tensors in its public
+    order (anything with data_ptr() and element_size()). The forward's unused slots get z's
     pointer and strides; the kernel does not touch them."""
     by_slot = dict(zip(SLOTS[op], zip(ptrs, layout.strides)))
     args = dict(zip(("n_qa", "n_qb", "n_rows", "n_cols"), layout.sizes))
