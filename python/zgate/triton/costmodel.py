@@ -125,26 +125,14 @@ def hbm_cost(target, vector_cores, tile_elems, dtypes, vector_cycles=None):
 
 
 def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
-<<<<<<< HEAD
-    """Predicted kernel time on dense tensors of each request shape at one bandwidth (`hbm`,
-    an entry of hbm_cost): each core runs its share of the tiles, a tile taking max(vector,
-    HBM) cycles (copies and computation overlapping perfectly); and the speed against an
-    A100 streaming the same bytes at 90% of its datasheet bandwidth (time_A100 / time_NPU:
-    the request asks for 0.9 or more). The request's shapes are the case list's model sizes."""
-    from ..cases import real_shapes
-    t = table()
-    comp = t["competitor"]
-    per_elem = sum(_plan.DTYPE_BYTES[d] for d in dtypes)
-=======
     """Per request shape (the case list's model sizes), dense: its bytes, an A100's time
     streaming them at 90% of its datasheet bandwidth and, in "at", per bandwidth of `hbm`
     (hbm_cost's): the kernel's time, each core running its share of the tiles at max(vector,
     HBM) cycles a tile (perfect overlap), and the speed against each A100 (time_A100 /
     time_NPU: the request asks for 0.9 or more)."""
-    from ..selfcheck import real_shapes
+    from ..cases import real_shapes
     comp, clock = table()["competitor"], table()["platform"][target]["clock_hz"]
     a100s = ("A100 40GB", "A100 80GB")
->>>>>>> npu
     rows = []
     for shape in map(tuple, real_shapes()):
         nbytes = math.prod(shape) * sum(_plan.DTYPE_BYTES[d] for d in dtypes)
