@@ -12,7 +12,7 @@ int32 (plan.py keeps (BLOCK_R - 1) * row stride + BLOCK_C below 2^31): on an NPU
 adds and compares fall back to scalar code.
 
 Math in float32, one of two recipes chosen by the output precision (LEAN, a constexpr that
-launch.py sets when every output is 16-bit):
+plan.kernel_arguments sets when every output is 16-bit):
 
 float32 outputs, the accurate recipe of src/gate_math.h:
     e = exp(-|z|), d = 1+e; z >= 0: s = 1/d, 1-s = e/d; z < 0: s = e/d, 1-s = 1/d
