@@ -240,9 +240,24 @@ static DLDataType buffer_dtype(const char *f, Py_ssize_t itemsize) {
   return (DLDataType){(uint8_t)code, (uint8_t)(itemsize * 8), 1};
 }
 
+/* The dtype that `alt` last turned into bfloat16 bits (native byte order, read through a
+ * format): NumPy exports arrays of it without a format, which saves the refused request and
+ * the Python call per array. */
+static PyObject *bf16_dtype, *s_dtype;
+
 static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int output) {
   int bf16 = 0;
-  if (PyObject_GetBuffer(x, &v->buf, PyBUF_RECORDS_RO)) {
+  if (bf16_dtype) {
+    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    if (!dt) return -1;
+    bf16 = dt == bf16_dtype;
+    Py_DECREF(dt);
+    if (bf16 && PyObject_GetBuffer(x, &v->buf, PyBUF_STRIDES)) { /* a NumPy that wants one */
+      PyErr_Clear();
+      bf16 = 0;
+    }
+  }
+  if (!bf16 && PyObject_GetBuffer(x, &v->buf, PyBUF_RECORDS_RO)) {
     if (k->alt == Py_None || (!PyErr_ExceptionMatches(PyExc_BufferError) &&
                               !PyErr_ExceptionMatches(PyExc_ValueError)))
       return -1;
@@ -250,21 +265,21 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
     v->held = PyObject_CallOneArg(k->alt, x); /* uint16 bits of bfloat16, or None */
     if (!v->held) return -1;
     if (v->held == Py_None) {
-      PyObject *dt = PyObject_GetAttrString(x, "dtype");
+      PyObject *dt = PyObject_GetAttr(x, s_dtype);
       if (dt) fail(ZGATE_ERR_DTYPE, "%s: dtype %S is not float32, float16 or bfloat16", name, dt);
       Py_XDECREF(dt);
       return -1;
     }
     if (PyObject_GetBuffer(v->held, &v->buf, PyBUF_RECORDS_RO)) return -1;
-    bf16 = 1;
+    bf16 = 2; /* read through its bits' format */
   }
   Py_buffer *b = &v->buf;
   if (output && b->readonly) return fail(-1, "%s is a read-only array", name), -1;
-  if (b->format[0] == '>' || b->format[0] == '!')
+  if (b->format && (b->format[0] == '>' || b->format[0] == '!'))
     return fail(ZGATE_ERR_DTYPE, "%s has byte-swapped dtype (format '%s')", name, b->format), -1;
+  if (bf16 == 2 && !bf16_dtype && !(bf16_dtype = PyObject_GetAttr(x, s_dtype))) PyErr_Clear();
   if (too_many_dims(name, b->ndim)) return -1;
-  v->t.dtype = buffer_dtype(b->format, b->itemsize);
-  if (bf16) v->t.dtype.code = DL_BFLOAT;
+  v->t.dtype = bf16 ? (DLDataType){DL_BFLOAT, 16, 1} : buffer_dtype(b->format, b->itemsize);
   v->t.data = b->buf;
   v->t.device.device_type = kDLCPU;
   for (int i = 0; i < b->ndim; i++) {
@@ -805,6 +820,7 @@ PyMODINIT_FUNC PyInit__binding(void) {
   Py_DECREF(errors);
   if (!Error || !(kinds = PyDict_New())) return NULL;
   if (!(s_dlpack = PyUnicode_InternFromString("__dlpack__")) ||
+      !(s_dtype = PyUnicode_InternFromString("dtype")) ||
       !(s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) ||
       !(kw_mv = Py_BuildValue("(s)", "max_version")) ||
       !(kw_mv_stream = Py_BuildValue("(ss)", "max_version", "stream")) ||

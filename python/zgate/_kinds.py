@@ -78,7 +78,12 @@ def reference_like(shape):
 
 
 def _bfloat16_bits(x):
-    return x.view("uint16") if x.dtype.name == "bfloat16" and x.dtype.itemsize == 2 else None
+    """The bits of a bfloat16 array as uint16 in its byte order (a byte-swapped one is then
+    refused by its format), else None."""
+    d = x.dtype
+    if d.name != "bfloat16" or d.itemsize != 2:
+        return None
+    return x.view(d.byteorder.replace("|", "=") + "u2")
 
 
 def _dlpack_like(x):

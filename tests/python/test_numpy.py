@@ -425,3 +425,29 @@ def test_info_and_version():
     assert os.path.exists(zgate.library_path())
 
 
+
+
+def test_bfloat16_byte_order_and_read_only(rng):
+    """bfloat16 arrays are read without a format once one has been seen (binding.c's
+    bf16_dtype): a byte-swapped bfloat16 array is refused, as an input or an output, before
+    and after that, and a read-only one is refused as an output; nothing is written. A
+    native array read either way gives the same bits."""
+    shape = (1, 3, 2, 8)
+    dout, z, o = inputs(rng, shape, BF16)
+    swapped = np.dtype(BF16).newbyteorder(">")
+    for _ in range(2):
+        z_sw = z.astype(swapped)
+        assert not np.array_equal(z_sw.view(np.uint16), z.view(np.uint16))
+        expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, dout, z_sw, o)
+        out_sw = np.full(shape, np.nan, np.float32).astype(swapped)
+        before = out_sw.copy()
+        expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, dout, z, o, dz=out_sw,
+                     dout_scaled=np.empty(shape, BF16))
+        assert np.array_equal(out_sw.view(np.uint16), before.view(np.uint16))
+        ro = np.full(shape, np.nan, np.float32).astype(BF16)
+        ro.flags.writeable = False
+        expect_error(None, zgate.bwd, dout, z, o, dz=ro, dout_scaled=np.empty(shape, BF16))
+        assert np.isnan(ro.astype(np.float32)).all()
+        dz, dos = zgate.bwd(dout, z, o)
+        check_bwd(dout, z, o, dz, dos)
+        assert np.array_equal(zgate.bwd(dout, z, o)[0].view(np.uint16), dz.view(np.uint16))
