@@ -71,12 +71,14 @@ typedef struct cli_cfg {
   const char *report;
   int special;
   int repeats, warmup, settle, plot;
+  int placement; /* cli_placement of every tensor (bench --aligned) */
   const char *json, *png;
 } cli_cfg;
 
 /* The options both commands take, the start of their getopt_long tables. Each option's val is
  * a letter that cli_parse knows; only --name is accepted (and -h). check adds report 'r' and
- * no-special 'S'; bench repeats 'n', warmup 'w', settle 'q', json 'j', png 'p', no-plot 'P'. */
+ * no-special 'S'; bench repeats 'n', warmup 'w', settle 'q', json 'j', png 'p', no-plot 'P',
+ * aligned 'A'. */
 #define CLI_SHARED_OPTS                                                                                     \
   {"help", 0, NULL, 'h'}, {"shape", 1, NULL, 's'}, {"dtype", 1, NULL, 'd'}, {"layout", 1, NULL, 'l'},       \
       {"backend", 1, NULL, 'b'}, {"isa", 1, NULL, 'i'}, {"op", 1, NULL, 'o'}, {"threads", 1, NULL, 't'}, \
@@ -127,9 +129,14 @@ typedef struct cli_buf {
   int on_device;
 } cli_buf;
 
-/* Allocates tensor `which` (CLI_DOUT..CLI_DOS) of `layout`, poisoned (all bits set, a NaN in
- * every dtype). Returns 0, or -1 when out of memory. */
-int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
+/* Where a view's first element sits within a 64-byte line: 16 bytes past one, where glibc's
+ * malloc puts every block it maps (large buffers as users allocate them; NumPy's too), or on
+ * a line. Fixed, not whatever malloc returns this time, so that runs compare. */
+typedef enum { CLI_PLACE_MALLOC, CLI_PLACE_LINE } cli_placement;
+/* Allocates tensor `which` (CLI_DOUT..CLI_DOS) of `layout` at `placement`, poisoned (all bits
+ * set, a NaN in every dtype). Returns 0, or -1 when out of memory. */
+int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype,
+                 cli_placement placement);
 /* The bytes cli_buf_make allocates for that tensor, guards included. */
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
 void cli_buf_free(cli_buf *b);

@@ -197,6 +197,7 @@ static int parse_opt(cli_cfg *c, int which, const char *v) {
   case 'j': c->json = v; return 0;
   case 'p': c->png = v; return 0;
   case 'P': c->plot = 0; return 0;
+  case 'A': c->placement = CLI_PLACE_LINE; return 0;
   }
   return -1;
 }

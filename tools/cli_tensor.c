@@ -11,6 +11,8 @@
 
 /* Guard elements before and after every view: a write there is a bug the check reports. */
 enum { GUARD_FRONT = 16, GUARD_BACK = 64 };
+/* Room to move the view by up to 63 bytes, so that it starts where the placement says. */
+enum { PLACE_SLACK = 64 };
 
 int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
@@ -35,7 +37,7 @@ static int64_t layout_slots(int which, cli_layout layout, const int64_t sh[4], i
     *offset += sh[2] * sh[3];
   }
   for (int i = 0; i < 4; i++) span += (sh[i] - 1) * st[i];
-  return *offset + (cli_numel(sh) ? span : 0) + GUARD_BACK;
+  return *offset + (cli_numel(sh) ? span : 0) + GUARD_BACK + PLACE_SLACK;
 }
 
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
@@ -43,7 +45,8 @@ double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDat
   return (double)layout_slots(which, layout, shape, strides, &offset) * (double)(dtype.bits / 8);
 }
 
-int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
+int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype,
+                 cli_placement placement) {
   memset(b, 0, sizeof *b);
   b->dtype = dtype;
   b->esize = dtype.bits / 8;
@@ -52,6 +55,10 @@ int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4
   if ((double)b->nslots * (double)b->esize > 1.0e15) return -1;
   b->host = malloc((size_t)b->nslots * (size_t)b->esize);
   if (!b->host) return -1;
+  /* the view's first element 16 bytes past a line or on one: whole elements either way */
+  const uintptr_t want = placement == CLI_PLACE_LINE ? 0 : 16;
+  const uintptr_t at = ((uintptr_t)b->host + (uintptr_t)(b->offset * b->esize)) & 63u;
+  b->offset += (int64_t)((want - at) & 63u) / b->esize;
   cli_buf_poison(b);
   return 0;
 }

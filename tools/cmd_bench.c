@@ -35,6 +35,7 @@ typedef struct bench_result {
   int64_t shape[4];
   cli_dtypes dt;
   int layout;
+  int out_line_offset;  /* bytes from a 64-byte line to dz's (fwd: out's) first element */
   double bytes;         /* bytes the operator reads plus writes */
   double ceiling_bytes; /* bytes the ceiling moves (the same, rounded up to whole lines) */
   int repeats;
@@ -51,6 +52,7 @@ typedef struct bench_result {
 
 typedef struct bench_meta {
   int threads;
+  cli_placement placement;
   char date[64];
   int have_load, cpus; /* the load average when the run started, and the CPUs online */
   double load[3];
@@ -91,6 +93,8 @@ static void usage(FILE *f) {
           "  --repeats N        timed calls per configuration (default 10 on the CPU, 50 on CUDA)\n"
           "  --warmup N         untimed calls first (default 2)\n"
           "  --max-memory SIZE  host memory a configuration may take, e.g. 8G (default: MemAvailable now)\n"
+          "  --aligned          every tensor's first element on a 64-byte line (default: 16 bytes past\n"
+          "                     one, where glibc's malloc places large blocks, as users' buffers are)\n"
           "  --json PATH        results as JSON (default zgate-bench.json)\n"
           "  --png PATH         chart (default zgate-bench.png), with its gnuplot data and script\n"
           "                     beside it: PATH with .png replaced by .dat and .gp\n"
@@ -252,7 +256,9 @@ static void run_config(const cli_cfg *cfg, bench_result *r) {
   if (r->error[0]) return;
   int ok = 1;
   for (int i = 0; i < CLI_NT && ok; i++)
-    if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i])) ok = 0;
+    if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i], cfg->placement))
+      ok = 0;
+  if (ok) r->out_line_offset = (int)(((uintptr_t)b[CLI_DZ].host + (uintptr_t)(b[CLI_DZ].offset * b[CLI_DZ].esize)) & 63u);
   for (int i = 0; i < 3 && ok; i++)
     if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
   if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS]);
@@ -307,8 +313,8 @@ static void row_head(const bench_result *r) {
   char shape[64], dts[64];
   cli_shape_str(r->shape, shape, sizeof shape);
   cli_dtypes_str(&r->dt, r->fwd, dts, sizeof dts);
-  printf("%-10s %-3s %-22s %-8s %-8s", r->be->label, r->fwd ? "fwd" : "bwd", shape, strchr(dts, ' ') ? "mixed" : dts,
-         cli_layout_names[r->layout]);
+  printf("%-10s %-3s %-22s %-8s %-8s %4d", r->be->label, r->fwd ? "fwd" : "bwd", shape, strchr(dts, ' ') ? "mixed" : dts,
+         cli_layout_names[r->layout], r->out_line_offset);
 }
 
 /* "v (lo..hi)" of a figure of three. */
@@ -318,8 +324,8 @@ static const char *range_cell(char *buf, size_t n, const double v[3], double sca
 }
 
 static void print_table(const bench_result *r, int n) {
-  printf("%-10s %-3s %-22s %-8s %-8s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
-         "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
+  printf("%-10s %-3s %-22s %-8s %-8s %4s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
+         "line", "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
   int nflag = 0, nv = 0;
   for (int i = 0; i < n; i++) {
     const bench_result *x = &r[i];
@@ -335,7 +341,9 @@ static void print_table(const bench_result *r, int n) {
            range_cell(c2, sizeof c2, x->gbps, 1.0), range_cell(c3, sizeof c3, x->ceiling_gbps, 1.0),
            range_cell(c4, sizeof c4, x->pct, 1.0), flag_of(x));
   }
-  printf("(ranges: lowest..highest over the timed calls; %% ceil's pairs zgate's slowest call with the ceiling's fastest and back)\n");
+  printf("(line: bytes from a 64-byte line to the first output's first element: %s; ranges: lowest..highest over the\n"
+         " timed calls; %% ceil's pairs zgate's slowest call with the ceiling's fastest and back)\n",
+         n && r[0].out_line_offset == 0 ? "buffers on lines (--aligned)" : "buffers where malloc places large blocks");
   if (nflag)
     printf("%d of %d rows flagged: 'noisy' = the slowest timed call took more than %.2fx the fastest; 'above "
            "ceiling' = over %.0f%% of the ceiling. The machine was busy: rerun on a quiet one.\n",
@@ -345,7 +353,7 @@ static void print_table(const bench_result *r, int n) {
   printf("\nCPU ceiling: the fastest of %d stream variants on each row's buffers, timed round robin "
          "(median GB/s; * the ceiling, - not usable on these buffers):\n", nv);
   for (int v = 0; v < nv; v++) printf("  v%-2d %s\n", v + 1, zb_variant_get(v)->name);
-  printf("%-10s %-3s %-22s %-8s %-8s", "backend", "op", "shape", "dtype", "layout");
+  printf("%-10s %-3s %-22s %-8s %-8s %4s", "backend", "op", "shape", "dtype", "layout", "line");
   for (int v = 0; v < nv; v++) printf("  %5s%d ", "v", v + 1);
   printf("\n");
   for (int i = 0; i < n; i++) {
@@ -411,8 +419,9 @@ static int write_json(const char *path, const bench_result *r, int n, const benc
     fprintf(f, "%s\n    {\"backend\": \"%s\", \"op\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld], \"dtypes\": \"%s\"",
             i ? "," : "", x->be->label, x->fwd ? "fwd" : "bwd", (long long)x->shape[0], (long long)x->shape[1],
             (long long)x->shape[2], (long long)x->shape[3], dts);
-    fprintf(f, ", \"layout\": \"%s\", \"elements\": %lld, \"bytes\": %.0f, \"repeats\": %d, \"threads\": %d",
-            cli_layout_names[x->layout], (long long)cli_numel(x->shape), x->bytes, x->repeats,
+    fprintf(f, ", \"layout\": \"%s\", \"placement\": \"%s\", \"out_line_offset\": %d", cli_layout_names[x->layout],
+            m->placement == CLI_PLACE_LINE ? "64-byte aligned" : "as malloc places large blocks", x->out_line_offset);
+    fprintf(f, ", \"elements\": %lld, \"bytes\": %.0f, \"repeats\": %d, \"threads\": %d", (long long)cli_numel(x->shape), x->bytes, x->repeats,
             x->be->is_cuda ? 0 : m->threads);
     if (x->error[0]) {
       fprintf(f, ", \"error\": ");
@@ -548,7 +557,8 @@ static int plot(const char *png_path, const bench_result *r, int n, const bench_
 int cli_cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {CLI_SHARED_OPTS,         {"repeats", 1, NULL, 'n'}, {"warmup", 1, NULL, 'w'},
                                        {"settle", 1, NULL, 'q'}, {"json", 1, NULL, 'j'},    {"png", 1, NULL, 'p'},
-                                       {"no-plot", 0, NULL, 'P'}, {0}};
+                                       {"no-plot", 0, NULL, 'P'},
+                                       {"aligned", 0, NULL, 'A'}, {0}};
   cli_cfg cfg = {.cmd = "bench", .layouts = (1u << CLI_DENSE) | (1u << CLI_ZVIEW), .backend_opt = "--backend",
                  .ops = 1, .warmup = 2, .plot = 1, .json = "zgate-bench.json", .png = "zgate-bench.png"};
   int pr = cli_parse(&cfg, argc, argv, opts);
@@ -598,7 +608,7 @@ int cli_cmd_bench(int argc, char **argv) {
           }
     }
 
-  bench_meta meta = {.threads = cfg.threads ? cfg.threads : cli_max_threads()};
+  bench_meta meta = {.threads = cfg.threads ? cfg.threads : cli_max_threads(), .placement = cfg.placement};
   settle(&cfg, &meta);
   int nfail = 0, nnot_run = 0;
   for (int i = 0; i < nres; i++) {
