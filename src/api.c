@@ -70,8 +70,8 @@ int zgate_cuda_built(void) {
 
 const char *zgate_build_info(void) {
   static _Thread_local char buf[256];
-  snprintf(buf, sizeof buf, "zgate %s; cpu paths built: %s; cpu path chosen: %s; cuda: %s",
-           zgate_version(), zgate_cpu_isas_built(), zgate_cpu_isa_chosen(),
+  snprintf(buf, sizeof buf, "zgate %s; cpu paths built: %s; cpu path chosen: %s; cpu prefetch: %lld B; cuda: %s",
+           zgate_version(), zgate_cpu_isas_built(), zgate_cpu_isa_chosen(), (long long)zg_cpu_prefetch(),
            zgate_cuda_built() ? "built" : "not built");
   return buf;
 }

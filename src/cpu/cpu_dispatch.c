@@ -10,6 +10,8 @@
  *                            name this build or CPU cannot run) or ZGATE_ERR_OPTIONS (an
  *                            unknown name), and the message says why. Silently running
  *                            another path would make a forced test run prove nothing.
+ * ZGATE_CPU_PREFETCH (bytes, 0..65536; a tuning knob, so any other value means the default):
+ * the row kernels' software prefetch distance (zg_cpu_prefetch).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -168,6 +170,39 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
                    "environment: ZGATE_CPU_ISA=\"%s\" forces a path that is %s (built: %s)",
                    zg_default.env, zg_why_unavailable(zg_default.built), zgate_cpu_isas_built());
   return ZGATE_OK;
+}
+
+/* ---- the row kernels' prefetch distance (cpu_kernels.h) ---------------------------------- */
+
+static int64_t zg_prefetch_bytes;
+static pthread_once_t zg_prefetch_once = PTHREAD_ONCE_INIT;
+
+/* 1 on a CPU whose vendor string is GenuineIntel. */
+static int zg_is_intel(void) {
+#ifdef ZG_X86
+  unsigned a, b, c, d;
+  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
+#else
+  return 0;
+#endif
+}
+
+static void zg_prefetch_init(void) {
+  const char *env = getenv("ZGATE_CPU_PREFETCH");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (*end == 0 && v >= 0 && v <= 65536) {
+      zg_prefetch_bytes = v;
+      return;
+    }
+  }
+  zg_prefetch_bytes = zg_is_intel() ? ZG_CPU_PREFETCH_INTEL : 0;
+}
+
+int64_t zg_cpu_prefetch(void) {
+  pthread_once(&zg_prefetch_once, zg_prefetch_init);
+  return zg_prefetch_bytes;
 }
 
 /* ---- public queries -------------------------------------------------------------------- */

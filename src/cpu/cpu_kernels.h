@@ -29,21 +29,33 @@ typedef void (*zg_bwd_fn)(float *dz, float *dos, const float *dout, const float 
                           const float *o, int64_t n);
 typedef void (*zg_fwd_fn)(float *out, const float *o, const float *z, int64_t n);
 
-/* Rows for a run kernel: `count` >= 1 rows of `len` >= 1 contiguous elements in every
+/* Rows for a row kernel: `count` >= 1 rows of `len` >= 1 contiguous elements in every
  * tensor, all of the one dtype the table entry is indexed by; row r of a tensor starts r *
  * step bytes after its first. in[] and out[] follow the public signatures (bwd: dout, z, o ->
  * dz, dout_scaled; fwd: o, z -> out). dout_scaled may be dout (in place): each element is
- * read before it is written. nt asks for non-temporal stores of the outputs' whole vectors:
- * the loop driver sets it only where every output row starts on a 64-byte line. Results must
- * not depend on where rows start or end (tails by the same vector code). */
+ * read before it is written. Results must not depend on where rows start or end (tails by
+ * the same vector code).
+ * Stores, the same cut for every row (the loop driver's, cpu_loop.c): elements [0, head)
+ * and [head + body, len) with ordinary stores; [head, head + body), whole 64-byte lines of
+ * every output with nt[o] set, non-temporally to those outputs.
+ * prefetch > 0: software prefetch of every input that many bytes ahead of the loads, running
+ * on into the next row of the call (a jump the hardware prefetchers do not follow). */
 typedef struct zg_rows {
   const char *in[3];
   char *out[2];
   int64_t in_step[3], out_step[2];
   int64_t len, count;
-  int nt;
+  int64_t head, body;
+  int nt[2];
+  int64_t prefetch;
 } zg_rows;
 typedef void (*zg_rows_fn)(const zg_rows *r);
+
+/* Elements (of es bytes) from p to its next 64-byte line, at most n. */
+static inline int64_t zg_line_head(const void *p, int64_t es, int64_t n) {
+  const int64_t h = (int64_t)((64u - ((uintptr_t)p & 63u)) & 63u) / es;
+  return h < n ? h : n;
+}
 
 typedef struct zg_cpu_kernels {
   const char *name;            /* "scalar", "avx2", "avx512", "neon" */
@@ -75,5 +87,20 @@ const zg_cpu_kernels *zg_cpu_kernels_neon(void);
  * ZGATE_ERR_OPTIONS for an unknown name, ZGATE_ERR_ISA_UNAVAILABLE for a path not built or
  * not supported here (message set, *out NULL). */
 int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out);
+
+/* cpu_dispatch.c: the row kernels' software prefetch distance in bytes (0 = none), chosen
+ * once per process: ZGATE_CPU_PREFETCH where it holds a whole number in [0, 65536], else
+ * ZG_CPU_PREFETCH_INTEL on Intel CPUs and none elsewhere (docs/performance.md has the A/B
+ * behind the rule: it pays where the kernel is memory-bound and the hardware prefetchers
+ * stop at each 4 KiB page). */
+#define ZG_CPU_PREFETCH_INTEL 4096
+int64_t zg_cpu_prefetch(void);
+
+/* cpu_loop.c, for tests: the plan for p with table k. *rows: 1 where it takes row kernels;
+ * streaming[o]: output o is written non-temporally; *first: the first batch of rows that
+ * work item `item` hands to the row kernel, without running it (count 0 where the plan is
+ * staged or there is no such item). */
+void zg_cpu_plan_view(const zg_problem *p, const zg_cpu_kernels *k, int64_t item, int *rows, int streaming[2],
+                      zg_rows *first);
 
 #endif /* ZGATE_CPU_KERNELS_H */

@@ -16,9 +16,10 @@
  *    output. When every output is float16/bfloat16 the float kernel is the ISA's cheaper
  *    bwd16/fwd16 (simd_exp.h), if it has one.
  * In place (dout_scaled is dout) is safe in both: an element is read before it is written.
- * Outputs that are dense and large are written non-temporally (ZG_STREAM_BYTES); in step 3
- * only where their rows start on 64-byte lines (no repair of misaligned outputs: they take
- * ordinary stores).
+ * Outputs that are dense and large (ZG_STREAM_BYTES) are written non-temporally wherever
+ * they start: each row (step 3) or run (step 4) streams its whole 64-byte lines and stores
+ * the partial lines at its ends ordinarily. Work items start on the first streamed output's
+ * lines (zg_items), so no line of a dense output has two writers.
  */
 #include <string.h>
 
@@ -43,11 +44,12 @@
 
 typedef struct zg_plan {
   const zg_problem *p;
-  int nt, n_in;            /* tensors, of which inputs */
-  int streaming[5];        /* step 4: this output is written non-temporally */
+  int ntensors, n_in;      /* tensors, of which inputs */
+  int streaming[5];        /* this output is written non-temporally */
   int any_streaming;       /* some output is (a fence at the end) */
+  int64_t lead;            /* elements before the first streamed output's first line */
   zg_rows_fn rows;         /* step 3's kernel, or NULL: staged */
-  int rows_nt;             /* step 3: every output streams and its rows start on lines */
+  int64_t prefetch;        /* step 3's software prefetch distance, bytes (zg_cpu_prefetch) */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
@@ -64,24 +66,26 @@ static int64_t zg_esize(const zg_plan *pl, int t) { return zg_dtype_size(pl->p->
 static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan *pl) {
   memset(pl, 0, sizeof *pl);
   pl->p = p;
-  pl->nt = p->n_in + p->n_out;
+  pl->ntensors = p->n_in + p->n_out;
   pl->n_in = p->n_in;
   const int inner = p->ndim - 1;
 
   /* streaming: the output covers exactly numel elements (dense in its own layout) with a
    * unit inner stride, and is large enough that caching it would only evict the inputs */
-  for (int t = pl->n_in; t < pl->nt; t++) {
+  for (int t = pl->ntensors - 1; t >= pl->n_in; t--) { /* backwards: lead is the first's */
     int64_t extent = 1;
     for (int d = 0; d < p->ndim; d++) extent += (p->shape[d] - 1) * p->t[t].strides[d];
     pl->streaming[t] = extent == p->numel && p->t[t].strides[inner] == 1 &&
                        p->numel * zg_esize(pl, t) >= ZG_STREAM_BYTES;
-    pl->any_streaming |= pl->streaming[t];
+    if (!pl->streaming[t]) continue;
+    pl->any_streaming = 1;
+    pl->lead = zg_line_head(p->t[t].data, zg_esize(pl, t), INT64_MAX);
   }
 
   /* kernels: the cheap recipe when no output is float32; rows when step 3 applies */
   int out16 = 1, same = 1, contiguous = 1;
   const int dt = (int)p->t[0].dtype;
-  for (int t = 0; t < pl->nt; t++) {
+  for (int t = 0; t < pl->ntensors; t++) {
     if (t >= pl->n_in && p->t[t].dtype == ZG_F32) out16 = 0;
     if ((int)p->t[t].dtype != dt) same = 0;
     if (p->t[t].strides[inner] != 1) contiguous = 0;
@@ -91,12 +95,7 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   zg_rows_fn rows = pl->n_in == 3 ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
   if (!(same && contiguous && rows && p->shape[inner] >= ZG_ROW_MIN)) return;
   pl->rows = rows;
-  pl->rows_nt = 1;
-  for (int t = pl->n_in; t < pl->nt; t++) {
-    int ok = pl->streaming[t] && ((uintptr_t)p->t[t].data & 63u) == 0;
-    for (int d = 0; d < inner; d++) ok &= (p->t[t].strides[d] * zg_esize(pl, t)) % 64 == 0;
-    pl->rows_nt &= ok;
-  }
+  pl->prefetch = zg_cpu_prefetch();
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the
@@ -136,7 +135,7 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
     pl->bwd(stage[3], stage[4], in[ZG_BWD_DOUT], in[ZG_BWD_Z], in[ZG_BWD_O], bn);
   else
     pl->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);
-  for (int t = pl->n_in; t < pl->nt; t++) {
+  for (int t = pl->n_in; t < pl->ntensors; t++) {
     const int64_t st = pl->p->t[t].strides[inner];
     ZG_FOR_RUNS(seg, nseg, t, st, {
       k->store[pl->p->t[t].dtype](pl->p->t[t].data + run_off * zg_esize(pl, t), stage[t] + run_dst, run_len, st,
@@ -160,7 +159,7 @@ static void zg_locate(const zg_plan *pl, int64_t start, zg_pos *at) {
     at->c[d] = r % p->shape[d];
     r /= p->shape[d];
   }
-  for (int t = 0; t < pl->nt; t++) {
+  for (int t = 0; t < pl->ntensors; t++) {
     at->off[t] = at->j * p->t[t].strides[inner];
     for (int d = 0; d < inner; d++) at->off[t] += at->c[d] * p->t[t].strides[d];
   }
@@ -173,13 +172,13 @@ __attribute__((noinline)) static void zg_next_rows(const zg_plan *pl, zg_pos *at
   int d = p->ndim - 2;
   if (d < 0) return;
   at->c[d] += count;
-  for (int t = 0; t < pl->nt; t++) at->off[t] += count * p->t[t].strides[d];
+  for (int t = 0; t < pl->ntensors; t++) at->off[t] += count * p->t[t].strides[d];
   while (d >= 0 && at->c[d] == p->shape[d]) {
     at->c[d] = 0;
-    for (int t = 0; t < pl->nt; t++) at->off[t] -= p->shape[d] * p->t[t].strides[d];
+    for (int t = 0; t < pl->ntensors; t++) at->off[t] -= p->shape[d] * p->t[t].strides[d];
     if (--d < 0) break;
     at->c[d]++;
-    for (int t = 0; t < pl->nt; t++) at->off[t] += p->t[t].strides[d];
+    for (int t = 0; t < pl->ntensors; t++) at->off[t] += p->t[t].strides[d];
   }
 }
 
@@ -191,44 +190,57 @@ static inline void zg_advance(const zg_plan *pl, zg_pos *at, int64_t len, int64_
   const int inner = p->ndim - 1;
   if (at->j + len < p->shape[inner]) { /* the piece ends inside its row */
     at->j += len;
-    for (int t = 0; t < pl->nt; t++) at->off[t] += len * p->t[t].strides[inner];
+    for (int t = 0; t < pl->ntensors; t++) at->off[t] += len * p->t[t].strides[inner];
     return;
   }
-  for (int t = 0; t < pl->nt; t++) at->off[t] -= at->j * p->t[t].strides[inner];
+  for (int t = 0; t < pl->ntensors; t++) at->off[t] -= at->j * p->t[t].strides[inner];
   at->j = 0;
   if (idx < p->numel) zg_next_rows(pl, at, count);
 }
 
+/* The batch of rows that starts at `at` (flat index idx, item end `end`), with its stores'
+ * cut (cpu_kernels.h, zg_rows): at the first streamed output's first line; rows share one
+ * cut only where that output's rows are whole lines apart, else the batch is one row. */
+static void zg_rows_batch(const zg_plan *pl, const zg_pos *at, int64_t idx, int64_t end, zg_rows *r) {
+  const zg_problem *p = pl->p;
+  const int inner = p->ndim - 1, no = pl->ntensors - pl->n_in;
+  const int64_t row_len = p->shape[inner], es = zg_esize(pl, 0); /* one dtype (step 3) */
+  memset(r, 0, sizeof *r); /* fwd: in[2], out[1] NULL */
+  r->len = row_len - at->j < end - idx ? row_len - at->j : end - idx;
+  r->count = 1;
+  if (at->j == 0 && r->len == row_len && inner > 0) { /* whole rows along dim inner-1 */
+    r->count = (end - idx) / row_len;
+    if (r->count > p->shape[inner - 1] - at->c[inner - 1]) r->count = p->shape[inner - 1] - at->c[inner - 1];
+  }
+  for (int t = 0; t < pl->ntensors; t++) {
+    const int64_t step = inner > 0 ? p->t[t].strides[inner - 1] * es : 0;
+    char *ptr = p->t[t].data + at->off[t] * es;
+    if (t < pl->n_in) r->in[t] = ptr, r->in_step[t] = step;
+    else r->out[t - pl->n_in] = ptr, r->out_step[t - pl->n_in] = step;
+  }
+  r->prefetch = pl->prefetch;
+  r->body = r->len;
+  int anchor = 0;
+  while (anchor < no && !pl->streaming[pl->n_in + anchor]) anchor++;
+  if (anchor == no) return;
+  if (r->out_step[anchor] % 64) r->count = 1;
+  r->head = zg_line_head(r->out[anchor], es, r->len);
+  r->body = (r->len - r->head) / (64 / es) * (64 / es);
+  for (int o = 0; o < no; o++)
+    r->nt[o] = pl->streaming[pl->n_in + o] && ((uintptr_t)r->out[o] - (uintptr_t)r->out[anchor]) % 64 == 0 &&
+               (r->count == 1 || r->out_step[o] % 64 == 0);
+}
+
 /* Step 3: elements [start, end) as batches of rows for the row kernel. */
 static void zg_rows_item(const zg_plan *pl, int64_t start, int64_t end) {
-  const zg_problem *p = pl->p;
-  const int inner = p->ndim - 1;
-  const int64_t row_len = p->shape[inner];
   zg_pos at;
   zg_locate(pl, start, &at);
   for (int64_t idx = start; idx < end;) {
-    int64_t count = 1, len = row_len - at.j;
-    if (len > end - idx) len = end - idx;
-    if (at.j == 0 && len == row_len && inner > 0) { /* whole rows along dim inner-1 */
-      count = (end - idx) / row_len;
-      if (count > p->shape[inner - 1] - at.c[inner - 1]) count = p->shape[inner - 1] - at.c[inner - 1];
-    }
-    zg_rows r = {.len = len, .count = count, .nt = pl->rows_nt}; /* fwd: in[2], out[1] NULL */
-    for (int t = 0; t < pl->nt; t++) {
-      const int64_t es = zg_esize(pl, t), step = inner > 0 ? p->t[t].strides[inner - 1] * es : 0;
-      char *ptr = p->t[t].data + at.off[t] * es;
-      if (t < pl->n_in) {
-        r.in[t] = ptr;
-        r.in_step[t] = step;
-      } else {
-        r.out[t - pl->n_in] = ptr;
-        r.out_step[t - pl->n_in] = step;
-        r.nt &= ((uintptr_t)ptr & 63u) == 0; /* an item may start inside a line */
-      }
-    }
+    zg_rows r;
+    zg_rows_batch(pl, &at, idx, end, &r);
     pl->rows(&r);
-    idx += count * len;
-    zg_advance(pl, &at, len, count, idx);
+    idx += r.count * r.len;
+    zg_advance(pl, &at, r.len, r.count, idx);
   }
 }
 
@@ -256,6 +268,14 @@ static void zg_staged_item(const zg_plan *pl, const zg_cpu_kernels *k, int64_t s
   }
 }
 
+/* Work items: item it covers [lead + it * ZG_ITEM, lead + (it + 1) * ZG_ITEM), the first
+ * from 0 and the last to numel, so that every item after the first starts on a line of the
+ * first streamed output when it is dense (ZG_ITEM * element size is whole lines). >= 1. */
+static int64_t zg_items(const zg_plan *pl) {
+  const int64_t n = pl->p->numel - pl->lead;
+  return n > ZG_ITEM ? (n + ZG_ITEM - 1) / ZG_ITEM : 1;
+}
+
 /* Order this thread's non-temporal stores before anything that follows the call. */
 static void zg_store_fence(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -263,6 +283,21 @@ static void zg_store_fence(void) {
 #elif defined(__aarch64__)
   __asm__ volatile("dmb ishst" ::: "memory");
 #endif
+}
+
+void zg_cpu_plan_view(const zg_problem *p, const zg_cpu_kernels *k, int64_t item, int *rows, int streaming[2],
+                      zg_rows *first) {
+  zg_plan pl;
+  zg_plan_build(p, k, &pl);
+  *rows = pl.rows != NULL;
+  for (int o = 0; o < 2; o++) streaming[o] = o < p->n_out && pl.streaming[p->n_in + o];
+  memset(first, 0, sizeof *first);
+  const int64_t nitems = zg_items(&pl);
+  if (!pl.rows || item < 0 || item >= nitems) return;
+  const int64_t start = item ? pl.lead + item * ZG_ITEM : 0;
+  zg_pos at;
+  zg_locate(&pl, start, &at);
+  zg_rows_batch(&pl, &at, start, item + 1 < nitems ? pl.lead + (item + 1) * ZG_ITEM : p->numel, first);
 }
 
 int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
@@ -274,8 +309,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 
   zg_plan pl;
   zg_plan_build(p, k, &pl);
-  const int64_t nitems = (p->numel + ZG_ITEM - 1) / ZG_ITEM;
-  const int streams = pl.rows ? pl.rows_nt : pl.any_streaming;
+  const int64_t nitems = zg_items(&pl);
 
   int nthreads = 1;
 #ifdef _OPENMP
@@ -291,12 +325,12 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 #pragma omp for schedule(static) nowait
 #endif
     for (int64_t it = 0; it < nitems; it++) {
-      const int64_t start = it * ZG_ITEM;
-      const int64_t end = start + ZG_ITEM < p->numel ? start + ZG_ITEM : p->numel;
+      const int64_t start = it ? pl.lead + it * ZG_ITEM : 0;
+      const int64_t end = it + 1 < nitems ? pl.lead + (it + 1) * ZG_ITEM : p->numel;
       if (pl.rows) zg_rows_item(&pl, start, end);
       else zg_staged_item(&pl, k, start, end, stage, seg);
     }
-    if (streams) zg_store_fence();
+    if (pl.any_streaming) zg_store_fence();
   }
   (void)nthreads;
   return ZGATE_OK;

@@ -232,13 +232,6 @@ ZG_INLINE void load_dt(int dt, float *dst, const void *src, int64_t n, int64_t s
   for (int64_t i = 0; i < n; i += VL) v_st_part(dst + i, n - i, ld_dt(dt, src, i, n - i));
 }
 
-/* Elements to store normally before dst + head is 64-byte aligned (a whole cache line per
- * run of non-temporal stores, so write-combining flushes full lines). */
-static inline int64_t head_to_line(const void *dst, int64_t elem_size, int64_t n) {
-  int64_t h = (int64_t)((64u - ((uintptr_t)dst & 63u)) & 63u) / elem_size;
-  return h < n ? h : n;
-}
-
 ZG_INLINE void store_dt(int dt, void *dst, const float *src, int64_t n, int64_t stride, int streaming) {
   int64_t i = 0;
   if (stride != 1) {
@@ -251,7 +244,8 @@ ZG_INLINE void store_dt(int dt, void *dst, const float *src, int64_t n, int64_t 
   }
 #if VEC_HAS_STREAM
   if (streaming) {
-    int64_t h = head_to_line(dst, dt == ZG_F32 ? 4 : 2, n);
+    /* ordinary stores up to a line, so that each run of non-temporal ones fills whole lines */
+    int64_t h = zg_line_head(dst, dt == ZG_F32 ? 4 : 2, n);
     for (; i < h; i += VL) st_dt(dt, dst, i, h - i, v_ld_part(src + i, h - i), 0);
     for (i = h; i + VL <= n; i += VL) st_dt(dt, dst, i, VL, v_ld(src + i), 1);
   }
@@ -272,30 +266,52 @@ ZG_DTYPE_FNS(f32, ZG_F32)
 ZG_DTYPE_FNS(f16, ZG_F16)
 ZG_DTYPE_FNS(bf16, ZG_BF16)
 
-/* ---- row kernels ------------------------------------------------------------------------ */
+/* ---- row kernels ------------------------------------------------------------------------
+ * A row kernel (cpu_kernels.h, zg_rows) takes each row in three parts, [i0, i1) with the
+ * row's own pointers: the head, the streamed whole lines, the rest (the driver's cut). Every
+ * part runs the same vector code, so the cut never changes a bit. */
 
-/* One float32 row: the accurate recipe (two passes per chunk, as acc_kernel), outputs written
- * straight from registers, whole vectors non-temporally with nt (rows start on a line then);
- * inf/NaN checked per vector (a chunk cannot be redone in place: dout_scaled may already have
- * overwritten dout). */
-ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t n, int nt) {
+/* Where the inputs are prefetched from: `dist` bytes ahead of the loads (0 = no prefetch),
+ * within the row (row_bytes of each input) and then in the next row of the call (NULL
+ * where this row is the call's last). */
+typedef struct zg_pf {
+  const char *next[3];
+  int64_t dist, row_bytes;
+} zg_pf;
+
+/* One prefetch per input for the line `at + dist` bytes into the row. always_inline: gcc
+ * treats a function that only prefetches as const and drops calls it did not inline. */
+ZG_INLINE void prefetch_at(int op, const char *const *in, const zg_pf *pf, int64_t at) {
+  const int64_t ahead = at + pf->dist;
+  for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) {
+    if (ahead < pf->row_bytes) __builtin_prefetch(in[t] + ahead, 0, 3);
+    else if (pf->next[t] && ahead - pf->row_bytes < pf->row_bytes)
+      __builtin_prefetch(pf->next[t] + (ahead - pf->row_bytes), 0, 3);
+  }
+}
+
+/* Elements [i0, i1) of one float32 row: the accurate recipe (two passes per chunk, as
+ * acc_kernel), outputs straight from registers, whole vectors non-temporally where nt0 / nt1
+ * (the part is whole lines then); inf/NaN checked per vector (a chunk cannot be redone in
+ * place: dout_scaled may already have overwritten dout). */
+ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t i0, int64_t i1, int nt0,
+                       int nt1, const zg_pf *pf) {
   float *o0 = (float *)out[0], *o1 = (float *)out[1];
   const float *fin[3] = {(const float *)in[0], (const float *)in[1], (const float *)in[2]};
   _Alignas(64) float e[VEC_CHUNK], elo[VEC_CHUNK];
-  for (int64_t i = 0; i < n; i += VEC_CHUNK) {
-    const int64_t m = n - i < VEC_CHUNK ? n - i : VEC_CHUNK;
+  for (int64_t i = i0; i < i1; i += VEC_CHUNK) {
+    const int64_t m = i1 - i < VEC_CHUNK ? i1 - i : VEC_CHUNK;
+    if (pf->dist)
+      for (int64_t q = 0; q < m; q += 16) prefetch_at(op, in, pf, (i + q) * 4);
     exp_pass(e, elo, fin[1] + i, m);
     for (int64_t j = 0; j < m; j += VL) {
       V r0, r1, flag = v_zero();
       ZG_LD3(op, fin, i + j, m - j, x0, x1, x2);
       gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, 1);
-      if (VEC_HAS_STREAM && nt && m - j >= VL) {
-        v_stream(o0 + i + j, r0);
-        if (op == ZG_BWD) v_stream(o1 + i + j, r1);
-      } else {
-        v_st_part(o0 + i + j, m - j, r0);
-        if (op == ZG_BWD) v_st_part(o1 + i + j, m - j, r1);
-      }
+      if (VEC_HAS_STREAM && nt0) v_stream(o0 + i + j, r0);
+      else v_st_part(o0 + i + j, m - j, r0);
+      if (op == ZG_BWD && VEC_HAS_STREAM && nt1) v_stream(o1 + i + j, r1);
+      else if (op == ZG_BWD) v_st_part(o1 + i + j, m - j, r1);
     }
   }
 }
@@ -430,27 +446,42 @@ ZG_INLINE void fast_part(int op, int dt, char *const *out, const char *const *in
   for (int k = 0; k < no; k++) memcpy(out[k] + at, bout[k], (size_t)(m * 2));
 }
 
-/* One 16-bit row: whole steps of 2*VL elements (non-temporal with nt), then the rest. */
-ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t n, int nt) {
+/* Elements [i0, i1) of one 16-bit row: whole steps of 2*VL elements (non-temporal where nt0
+ * / nt1: the part is whole lines then), then the rest. */
+ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t i0,
+                        int64_t i1, int nt0, int nt1, const zg_pf *pf) {
   const int64_t es = 2, step = 2 * VL;
-  int64_t i = 0;
-  for (; i + step <= n; i += step) fast_step(op, dt, cvt, out, in, i * es, nt, nt);
-  if (i < n) fast_part(op, dt, out, in, i * es, n - i);
+  int64_t i = i0;
+  for (; i + step <= i1; i += step) {
+    if (pf->dist) prefetch_at(op, in, pf, i * es);
+    fast_step(op, dt, cvt, out, in, i * es, nt0, nt1);
+  }
+  if (i < i1) fast_part(op, dt, out, in, i * es, i1 - i);
 }
 #endif /* VEC_HAS_FAST */
 
 /* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator, dtype dt and cvt (the
- * AVX512_BF16 narrowing): each row by row_acc (float32) or row_fast. */
+ * AVX512_BF16 narrowing): the parts of each row by row_acc (float32) or row_fast. */
+#define ZG_ROW_PART(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf)                                 \
+  do {                                                                                           \
+    if (dt == ZG_F32) row_acc(op, out, in, i0, i1, nt0, nt1, pf);                                \
+    else row_fast(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf);                                   \
+  } while (0)
 #define ZG_ROWS_FN(name, ATTR, op, dt, cvt)                                                      \
   ATTR static void name(const zg_rows *r) {                                                      \
+    const int64_t es = dt == ZG_F32 ? 4 : 2, h = r->head, hb = r->head + r->body;                \
     for (int64_t k = 0; k < r->count; k++) {                                                     \
       /* fwd's in[2] and out[1] are NULL: never offset */                                      \
       char *out[2] = {r->out[0] + k * r->out_step[0],                                            \
                       op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
       const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
                            op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
-      if (dt == ZG_F32) row_acc(op, out, in, r->len, r->nt);                                     \
-      else row_fast(op, dt, cvt, out, in, r->len, r->nt);                                        \
+      zg_pf pf = {{NULL, NULL, NULL}, r->prefetch, r->len * es};                                 \
+      for (int t = 0; t < (op == ZG_BWD ? 3 : 2) && k + 1 < r->count; t++)                      \
+        pf.next[t] = in[t] + r->in_step[t];                                                      \
+      ZG_ROW_PART(op, dt, cvt, out, in, 0, h, 0, 0, &pf);                                        \
+      ZG_ROW_PART(op, dt, cvt, out, in, h, hb, r->nt[0], r->nt[1], &pf);                         \
+      ZG_ROW_PART(op, dt, cvt, out, in, hb, r->len, 0, 0, &pf);                                  \
     }                                                                                            \
   }
 #define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \

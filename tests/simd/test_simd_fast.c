@@ -257,8 +257,8 @@ static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o,
 }
 
 /* One row-kernel call: `count` rows of `len` elements, rows `len` elements apart (so the
- * batch covers count*len contiguous elements); nt only where the contract allows it (every
- * output row on a 64-byte line), else 0. */
+ * batch covers count*len contiguous elements); nt asks the outputs to stream wherever they
+ * start, cut as the loop driver cuts, with a software prefetch distance too. */
 static void rows_call(const zg_cpu_kernels *k, int t, int bwd, char *o0, char *o1, const char *i0,
                       const char *i1, const char *i2, int64_t len, int64_t count, int nt) {
   const int64_t es = t == ZG_F32 ? 4 : 2, step = len * es;
@@ -270,9 +270,16 @@ static void rows_call(const zg_cpu_kernels *k, int t, int bwd, char *o0, char *o
   for (int q = 0; q < 2; q++) r.out_step[q] = r.out[q] ? step : 0;
   r.len = len;
   r.count = count;
-  int aligned = step % 64 == 0 || count == 1;
-  for (int q = 0; q < 2; q++) aligned &= !r.out[q] || ((uintptr_t)r.out[q] & 63u) == 0;
-  r.nt = nt && aligned;
+  /* the driver's cut (cpu_loop.c, zg_rows_batch): at o0's first line, the same for every row
+   * when rows are whole lines apart */
+  r.body = len;
+  if (nt && (count == 1 || step % 64 == 0)) {
+    r.head = zg_line_head(o0, es, len);
+    r.body = (len - r.head) / (64 / es) * (64 / es);
+    r.nt[0] = 1;
+    r.nt[1] = bwd && ((uintptr_t)o1 - (uintptr_t)o0) % 64 == 0;
+  }
+  r.prefetch = nt ? 256 : 0;
   (bwd ? k->bwd_rows : k->fwd_rows)[t](&r);
 }
 
