@@ -137,9 +137,8 @@ ZG_INLINE void gate_acc(int op, V x0, V x1, V x2, V e, V elo, V *r0, V *r1, V *f
 }
 
 /* The math runs in two passes over chunks of VEC_CHUNK elements: exp first, into a small
- * buffer, then the rest. One pass chains ~90 cycles of latency per vector and the
- * out-of-order window cannot overlap enough vectors to hide it; two shorter chains run
- * about 1.6x faster on x86. */
+ * buffer in L1, then the rest. One pass chains ~90 cycles of latency per vector, more than the
+ * out-of-order window overlaps; two shorter chains keep the vector units busy. */
 ZG_INLINE void exp_pass(float *e, float *elo, const float *z, int64_t m) {
   for (int64_t j = 0; j < m; j += VL) {
     V lo, v = exp_neg(v_negabs(v_ld_part(z + j, m - j)), &lo);

@@ -62,8 +62,8 @@ static inline V v_reduce(V y) { /* y - round(y), exact */
 static inline __mmask16 v_mask(int64_t rem) { /* lanes [0, min(rem, 16)) */
   return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
 }
-/* A whole vector by a plain load: with every lane masked in, the float32 row kernels read
- * their three streams at a third of the speed on a Zen 5. */
+/* A whole vector by a plain load: a masked load with every lane set runs far slower than a
+ * plain one on some CPUs (Zen 5). */
 static inline V v_ld_part(const float *p, int64_t rem) {
   return rem >= VL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(v_mask(rem), p);
 }
