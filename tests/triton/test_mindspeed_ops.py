@@ -80,6 +80,17 @@ def test_atk_yaml_keys(tree):
     assert re.search(r"^api_type: mamba3_siso_bwd_kernel_dzdo$", text, re.M)
 
 
+def test_document_and_readme(tree):
+    doc = open(tree / "docs/triton/mamba3_siso_bwd_kernel_dzdo.md", encoding="utf-8").read()
+    heads = re.findall(r"^#+ (.+)$", doc, re.M)
+    for h in ("概述", "函数签名", "参数说明", "前向输入", "前向输出", "约束", "精度结果", "未验证事项"):
+        assert h in heads, h
+    assert "| 参数 | 类型 | 形状 | 描述 | 是否必须 |" in doc
+    readme = open(tree / "MAMBA3_DZDO_README.md", encoding="utf-8").read()
+    for path in mindspeed_ops.generate(str(tree)):          # every file is placed by the README
+        assert path == "MAMBA3_DZDO_README.md" or path.startswith(ATK) or path in readme, path
+
+
 def _atk_stand_ins(monkeypatch):
     """Modules named as ATK's, holding what the generator and the wrapper take from them."""
     registry = {}

@@ -14,7 +14,6 @@ import sys
 
 from .. import __version__
 from .. import cases as _cases
-from ..triton import plan as _plan
 
 TREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tree")
 TRITON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "triton")
@@ -56,7 +55,6 @@ def fills():
         "MODEL_SHAPES": repr([tuple(s) for s in _cases.real_shapes()]),
         "TRITON_F32_ULPS": str(_cases.TRITON_F32_ULPS),
         "GOLDEN_F32_ULPS": str(_cases.GOLDEN_F32_ULPS),
-        "NPU_TILE": str(_plan.NPU_TILE),
         "VERSION": __version__,
     }
 
