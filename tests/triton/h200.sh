@@ -21,7 +21,8 @@
 #   msops     its unit tests on CUDA with zgate unimportable: the model shapes x 3 dtypes x Z
 #             dense / in_proj view, against the float64 CPU formula, the torch small-op version
 #             and, where $UP holds upstream's mamba3 folder, upstream's kernel (power-of-two
-#             headdims; required then); MSOPS_K="-k bfloat16" runs a part. Report: $OUT/msops.md
+#             headdims; required then); MSOPS_K="bfloat16" (a pytest -k expression) runs a part.
+#             Report: $OUT/msops.md
 # Its reports (.md), results and baselines (.json) and goldens (.npz) stay in $BUILD/results,
 # so that a later call's stages find the baselines, and are copied to $OUT (not the goldens).
 # Logs in $OUT (build/gpu-out elsewhere); the tails and the stage table last.
@@ -57,7 +58,7 @@ stage msops 580 'set -e; G=$BUILD/msops; rm -rf $G; mkdir -p $G/gen $G/up/mamba_
     ln -s "$(cd "$UP" && pwd)" $G/up/mamba_ssm/ops/triton/mamba3; fi
   cd $G/tree && PYTHONPATH=$PWD/../up MAMBA3_DZDO_DEVICE=$MSOPS_DEVICE MAMBA3_DZDO_REQUIRE_ORIGINAL=$req \
     MAMBA3_DZDO_REPORT=$OUT/msops.md python3 -c "import sys; sys.modules[\"zgate\"] = None
-import pytest; sys.exit(pytest.main([\"-q\", \"-rs\", \"-p\", \"no:cacheprovider\", \"tests/unit_tests\"] + sys.argv[1:]))" ${MSOPS_K:-}'
+import pytest; sys.exit(pytest.main([\"-q\", \"-rs\", \"-p\", \"no:cacheprovider\", \"tests/unit_tests\"] + sys.argv[1:]))" ${MSOPS_K:+-k "$MSOPS_K"}'
 stage upstream 240 "$acc --impl upstream --upstream-path $UP $small --save-baseline \$RES/upstream.json --save-golden \$RES/upstream.npz --output \$RES/upstream.md"
 stage zgate 150 "$acc --impl zgate --quick --save-baseline \$RES/zgate-cuda.json --save-golden \$RES/zgate-cuda.npz --output \$RES/zgate-cuda.md"
 stage triton 150 "$acc --impl triton --quick --baseline \$RES/zgate-cuda.json --golden \$RES/zgate-cuda.npz --output \$RES/triton-vs-zgate.md --json \$RES/triton-vs-zgate.json"
