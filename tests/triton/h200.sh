@@ -56,7 +56,7 @@ stage msops 580 'set -e; G=$BUILD/msops; rm -rf $G; mkdir -p $G/gen $G/up/mamba_
   req=0; if [ -f "$UP/mamba3_siso_bwd.py" ]; then req=1
     touch $G/up/mamba_ssm/__init__.py $G/up/mamba_ssm/ops/__init__.py $G/up/mamba_ssm/ops/triton/__init__.py
     ln -s "$(cd "$UP" && pwd)" $G/up/mamba_ssm/ops/triton/mamba3; fi
-  cd $G/tree && PYTHONPATH=$PWD/../up MAMBA3_DZDO_DEVICE=$MSOPS_DEVICE MAMBA3_DZDO_REQUIRE_ORIGINAL=$req \
+  cd $G/tree && PYTHONPATH=$PWD/../up:${PYTHONPATH:-} MAMBA3_DZDO_DEVICE=$MSOPS_DEVICE MAMBA3_DZDO_REQUIRE_ORIGINAL=$req \
     MAMBA3_DZDO_REPORT=$OUT/msops.md python3 -c "import sys; sys.modules[\"zgate\"] = None
 import pytest; sys.exit(pytest.main([\"-q\", \"-rs\", \"-p\", \"no:cacheprovider\", \"tests/unit_tests\"] + sys.argv[1:]))" ${MSOPS_K:+-k "$MSOPS_K"}'
 stage upstream 240 "$acc --impl upstream --upstream-path $UP $small --save-baseline \$RES/upstream.json --save-golden \$RES/upstream.npz --output \$RES/upstream.md"
