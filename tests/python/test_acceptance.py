@@ -357,3 +357,46 @@ def test_slower_candidate_fails_on_any_machine(tmp_path, big_baseline):
     assert dict((k, ok) for k, ok, _ in res["criteria"]) == {"ref": True, "speed": False,
                                                              "ran": True}
     assert "FAIL speed" in p.stdout
+
+
+FUNCTIONS = '''
+import torch
+
+
+def formula(do, z, o, chunk_size=64):
+    d, zz, oo = (t.double() for t in (do, z, o))
+    s = torch.sigmoid(zz)
+    return ((d * oo * s * (1 + zz * torch.sigmoid(-zz))).to(do.dtype),
+            (d * s * zz).to(do.dtype))
+
+
+def one_percent_off(do, z, o, chunk_size=64):
+    dz, dos = formula(do, z, o)
+    return dz * 1.01, dos
+'''
+
+
+def test_any_function_of_upstreams_signature(tmp_path, monkeypatch, capsys):
+    """--impl MODULE:FUNCTION judges a function (do, z, o) -> (dz, do_scaled) on the backward
+    cases it can take, as zgate's own; a wrong one fails, a missing one is refused."""
+    pytest.importorskip("torch")
+    (tmp_path / "dzdo_candidates.py").write_text(FUNCTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    j = tmp_path / "r.json"
+    base = ["--device", "cpu", "--quick", "--precision-only", "--op", "bwd", "--json", str(j)]
+    assert A.main(base + ["--impl", "dzdo_candidates:formula"]) == 0
+    res = json.loads(j.read_text())
+    names = [r["case"] for r in res["cases"]]
+    assert len(names) >= 10 and all(r["precision_ok"] for r in res["cases"])
+    assert not any(" mixed " in n or "bf16-to-f32" in n or "inplace" in n for n in names)
+    assert "dtype other than do's" in res["meta"]["not_run"][0]
+    assert A.main(base + ["--impl", "dzdo_candidates:one_percent_off"]) == 1
+    assert A.main(base + ["--impl", "dzdo_candidates:absent"]) == 2
+    assert A.main(["--device", "cpu", "--quick", "--precision-only",
+                   "--impl", "dzdo_candidates:formula"]) == 2          # no --op bwd
+    assert A.main(["--device", "cpu", "--quick", "--op", "bwd",
+                   "--impl", "dzdo_candidates:formula"]) == 2          # timed on the CPU
+    assert A.main(base + ["--impl", "not a function"]) == 2
+    err = capsys.readouterr().err
+    assert "AttributeError" in err and "add --op bwd" in err and "add --precision-only" in err
+    assert "is not zgate, triton, upstream or MODULE:FUNCTION" in err

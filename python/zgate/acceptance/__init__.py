@@ -7,17 +7,21 @@ one dtype (bfloat16, float32), dense or Z as a view (--quick adds the smallest r
 also timed; with --baseline, PASS when the geomean of the time ratios is at least 0.9 over
 the cases whose ideal transfer time is 10 us or more (two at least). --impl: zgate (the C
 library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda, or on cpu under
-TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel, backward only). docs/operator.md
-gives the procedure on the GPU and the NPU.
+TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel, backward only), or MODULE:FUNCTION: any
+function of upstream's compute_dzdo signature, (do, z, o) -> (dz, do_scaled) in do's dtype (the
+MindSpeed-Ops contribution, say), judged as zgate's Triton kernel on the cases it can take.
+docs/operator.md gives the procedure on the GPU and the NPU.
 
 Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
 did not run; 2 bad arguments (refused before any work).
 """
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
+import re
 import sys
 
 import numpy as np
@@ -37,7 +41,8 @@ def _parser():
     ap = argparse.ArgumentParser(prog="python -m zgate.acceptance",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", required=True, choices=("npu", "cuda", "cpu"))
-    ap.add_argument("--impl", default="zgate", choices=("zgate", "triton", "upstream"))
+    ap.add_argument("--impl", default="zgate",
+                    help="zgate, triton, upstream, or MODULE:FUNCTION (upstream's signature)")
     ap.add_argument("--upstream-path", metavar="DIR")
     ap.add_argument("--op", choices=("bwd", "fwd"), help="only this operator's cases")
     ap.add_argument("--quick", action="store_true")
@@ -76,26 +81,29 @@ def _check_args(a):
             raise BadArgs("--%s %d is out of range" % (n.replace("_", "-"), v))
     if a.threads and (a.device, a.impl) != ("cpu", "zgate"):
         raise BadArgs("--threads is for --device cpu --impl zgate")
+    function = _is_function(a.impl)
+    if not function and a.impl not in ("zgate", "triton", "upstream"):
+        raise BadArgs("--impl %r is not zgate, triton, upstream or MODULE:FUNCTION" % a.impl)
     allowed = {"cpu": ("zgate", "triton"), "cuda": ("zgate", "triton", "upstream"),
                "npu": ("zgate", "upstream")}[a.device]
-    if a.impl not in allowed:
+    if a.impl not in allowed and not function:
         raise BadArgs("--impl %s does not run on --device %s (there: %s)" % (
             a.impl, a.device, ", ".join(allowed)))
-    if (a.device, a.impl) == ("cpu", "triton") and not a.precision_only:
-        raise BadArgs("--impl triton on --device cpu runs under the Triton interpreter, whose "
-                      "speed means nothing: add --precision-only")
+    if a.device == "cpu" and (a.impl == "triton" or function) and not a.precision_only:
+        raise BadArgs("--impl %s on --device cpu runs under the Triton interpreter, whose "
+                      "speed means nothing: add --precision-only" % a.impl)
     if a.precision_only and (a.baseline or a.save_baseline):
         raise BadArgs("--precision-only times nothing: no --baseline or --save-baseline")
     if a.upstream_path and a.impl != "upstream":
         raise BadArgs("--upstream-path is for --impl upstream")
-    if a.impl == "upstream" and a.op != "bwd":
-        raise BadArgs("--impl upstream has only the backward kernel: add --op bwd (and the "
-                      "same --op to the runs compared with it)")
+    if (a.impl == "upstream" or function) and a.op != "bwd":
+        raise BadArgs("--impl %s has only the backward kernel: add --op bwd (and the same --op "
+                      "to the runs compared with it)" % a.impl)
     for p in (a.output, a.json, a.save_baseline, a.save_golden):
         if p:
             _writable(p)
     cases = [c for c in U.case_list(a.quick, a.op, not a.precision_only)
-             if not a.filter or a.filter in c.name]
+             if (not a.filter or a.filter in c.name) and (not function or U.takes(c))]
     if not cases:
         raise BadArgs("no case matches --filter %r" % a.filter)
     names = [c.name for c in cases]
@@ -115,10 +123,23 @@ def _check_args(a):
     return cases, base, gold
 
 
+def _is_function(impl):
+    return re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", impl) is not None
+
+
 def _impl(a):
     import zgate
     if a.impl == "zgate":
         return U.zgate_impl(zgate, a.threads)
+    if _is_function(a.impl):
+        name, _, attr = a.impl.partition(":")
+        try:
+            fn = getattr(importlib.import_module(name), attr)
+        except (ImportError, AttributeError) as e:
+            raise BadArgs("--impl %s: %s: %s" % (a.impl, type(e).__name__, e)) from None
+        if not callable(fn):
+            raise BadArgs("--impl %s is not callable" % a.impl)
+        return U.function_impl(fn)
     import zgate.triton as zt      # importable without Triton: available() says what is missing
     why = zt.available(a.device)
     if why:
@@ -173,7 +194,7 @@ def main(argv=None):
     try:
         cases, base, gold = _check_args(a)
         try:
-            dev = D.open_device(a.device, a.flush_mb, tensors=a.impl == "triton")
+            dev = D.open_device(a.device, a.flush_mb, tensors=a.impl != "zgate")
         except RuntimeError as e:
             raise BadArgs(str(e)) from None
         prepare = _impl(a)
@@ -195,6 +216,9 @@ def main(argv=None):
                       getattr(dev, "do_bench_npu", None) else "torch_npu.profiler"}[a.device]}
     if a.impl == "upstream":
         meta["not_run"] = ["forward cases: upstream has no forward gate kernel"]
+    if _is_function(a.impl):
+        meta["not_run"] = ["forward cases, in place, and outputs of a dtype other than do's: "
+                           "upstream's signature takes none of them"]
     rows, saved = [], {"__seed__": np.array(a.seed)}
     for case in cases:
         row = U.measure(dev, prepare, case, a.seed, f32_ulps, gold, a.warmup, a.repeats,

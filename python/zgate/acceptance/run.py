@@ -54,6 +54,24 @@ def zgate_impl(module, threads=0):
     return prepare
 
 
+def takes(case):
+    """Whether a function of upstream's signature can run the case: a backward, not in place,
+    its outputs of dout's dtype."""
+    return case.op == "bwd" and not case.inplace and case.dtypes[3:] == (case.dtypes[0],) * 2
+
+
+def function_impl(fn):
+    """prepare for fn(do, z, o) -> (dz, do_scaled), upstream's compute_dzdo signature: its
+    outputs are its own, so the list given back is filled by each call."""
+    def prepare(dev, case, ins):
+        outs = []
+
+        def call():
+            outs[:] = fn(*ins)
+        return call, outs
+    return prepare
+
+
 def upstream_impl(mod):
     """Upstream's dzdo kernel launched as its compute_dzdo does (same grid and arguments;
     the wrapper itself asserts CUDA tensors). Its rows are padded to the next power of two

@@ -75,18 +75,20 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
     return _plan.kernel_arguments(op, [ptr_arg(d) for d in dtypes], lay, tiles)
 
 
-def linalg_of(args, consts, target="Ascend910B2"):
+def linalg_of(args, consts, target="Ascend910B2", kernel=None):
     """triton-ascend's front end for the NPU on kernel arguments by name (as
     plan.kernel_arguments gives them, pointers as ptr_arg()), specialised on their values as
-    a launch is: (linalg text, metadata)."""
+    a launch is: (linalg text, metadata). kernel: a jitted function with gate_kernel's
+    parameters (default gate_kernel)."""
     backend_cls, _ = _toolchain()
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
     from triton.compiler.compiler import ASTSource
-    from .kernel import gate_kernel
+    if kernel is None:
+        from .kernel import gate_kernel as kernel
     gtarget = GPUTarget("npu", target, 0)
-    params = gate_kernel.params
+    params = kernel.params
     vals = [{**args, **consts}[p.name] for p in params]
     attrs = make_backend(gtarget).get_attrs_descriptor(params, vals)
     fixed = attrs.get_constants()
@@ -107,7 +109,7 @@ def linalg_of(args, consts, target="Ascend910B2"):
     saved = stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"]
     stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = grab
     try:
-        triton.compile(ASTSource(gate_kernel, signature, constants, attrs), target=gtarget,
+        triton.compile(ASTSource(kernel, signature, constants, attrs), target=gtarget,
                        options={})
     except Exception:   # the grab above ends the compile; anything else is re-raised below
         if "linalg" not in caught:
@@ -181,16 +183,18 @@ def parse_hivm(text):
 
 
 def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
-                          layout="dense", headdim=64, tile_elems=None, keep_dir=None):
-    """Compile the kernel for `target` through triton-ascend and bishengir-compile: the UB
-    plan of its final HIVM IR (parse_hivm) with the tile it used, `hivm_path` (the IR, kept
-    under keep_dir or a fresh temporary directory) and `cost` (costmodel.model)."""
+                          layout="dense", headdim=64, tile_elems=None, keep_dir=None,
+                          kernel=None):
+    """Compile the kernel (or `kernel`, see linalg_of) for `target` through triton-ascend and
+    bishengir-compile: the UB plan of its final HIVM IR (parse_hivm) with the tile it used,
+    `hivm_path` (the IR, kept under keep_dir or a fresh temporary directory) and `cost`
+    (costmodel.model)."""
     dtypes = tuple(SHORT[d] for d in dtypes)
     if (op, len(dtypes)) not in (("bwd", 5), ("fwd", 3)):
         raise ValueError("op is 'bwd' with 5 dtypes (dout, z, o, dz, dout_scaled) or 'fwd' "
                          "with 3 (o, z, out), not %r with %d" % (op, len(dtypes)))
     args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
-    linalg, metadata = linalg_of(args, consts, target)
+    linalg, metadata = linalg_of(args, consts, target, kernel)
     workdir = keep_dir or tempfile.mkdtemp(prefix="zgate-hivm-")
     os.makedirs(workdir, exist_ok=True)
     hivm = compile_hivm(linalg, metadata, target, workdir)
