@@ -30,6 +30,7 @@
 
 #include "zgate.h"
 #include "zgate_check.h"
+#include "zgate_refusal.h"
 
 /* DLPack 1.x structures, declared here since the dlpack.h found may be 0.x (same DLTensor). */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -97,20 +98,36 @@ static PyObject *fail(int status, const char *fmt, ...) {
   return NULL;
 }
 
-/* The library's error for status st, a dtype it refuses ("dtype (code 0, bits 32)") in words. */
-static PyObject *library_error(int st) {
+/* A DLPack dtype in the words of NumPy and PyTorch ("int32", "bool"); NULL for a code
+ * they have no word for. */
+static const char *dtype_words(DLDataType d, char *buf, size_t n) {
   static const char *const words[] = {"int", "uint", "float", "opaque", "bfloat", "complex"};
-  const char *detail = zgate_last_error(), *at = strstr(detail, "dtype (code ");
-  unsigned code, bits;
-  char msg[1024], name[16];
-  if (st == ZGATE_ERR_DTYPE && at && sscanf(at, "dtype (code %u, bits %u)", &code, &bits) == 2 &&
-      code <= DL_BOOL) {
-    if (code == DL_BOOL) snprintf(name, sizeof name, "bool");
-    else snprintf(name, sizeof name, "%s%u", words[code], bits);
-    snprintf(msg, sizeof msg, "%.*sdtype %s%s", (int)(at - detail), detail, name, strchr(at, ')') + 1);
-    detail = msg;
-  }
-  return *detail ? fail(st, "%s: %s", zgate_status_str(st), detail) : fail(st, "%s", zgate_status_str(st));
+  if (d.code == DL_BOOL) return "bool";
+  if (d.code > DL_COMPLEX) return NULL;
+  snprintf(buf, n, "%s%u", words[d.code], (unsigned)d.bits);
+  return buf;
+}
+
+/* The library's refusal of a call as zgate.Error(status, message, tensor, dim), read from
+ * the record validation keeps (zgate_refusal.h); a refused dtype in words. reference: the
+ * call was a reference, which takes float64 too. */
+static PyObject *library_error(int st, int reference) {
+  const zg_refusal *r = zg_last_refusal();
+  const char *detail = zgate_last_error(), *words;
+  char buf[16];
+  PyObject *msg;
+  if (st == ZGATE_ERR_DTYPE && r->tensor && (words = dtype_words(r->dtype, buf, sizeof buf)))
+    msg = PyUnicode_FromFormat("%s: %s: dtype %s is not float32, float16 or bfloat16%s",
+                               zgate_status_str(st), r->tensor, words, reference ? " or float64" : "");
+  else
+    msg = PyUnicode_FromFormat(*detail ? "%s: %s" : "%s%s", zgate_status_str(st), detail);
+  PyObject *dim = r->dim >= 0 ? PyLong_FromLong(r->dim) : Py_NewRef(Py_None);
+  PyObject *args = msg && dim ? Py_BuildValue("(iOzO)", st, msg, r->tensor, dim) : NULL;
+  if (args) PyErr_SetObject(Error, args);
+  Py_XDECREF(args);
+  Py_XDECREF(msg);
+  Py_XDECREF(dim);
+  return NULL;
 }
 
 /* ---- kinds ------------------------------------------------------------------------------ */
@@ -670,7 +687,7 @@ static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout
   for (int i = 0; i < viewed; i++) release(&v[i]);
   viewed = 0;
   if (st != ZGATE_OK) {
-    library_error(st);
+    library_error(st, ref);
     goto done;
   }
   if (inplace && report_written(a[0])) goto done;
