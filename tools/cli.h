@@ -140,7 +140,8 @@ double cli_buf_get(const cli_buf *b, const int64_t idx[4]);
 void cli_buf_set(cli_buf *b, const int64_t idx[4], double v);
 void cli_buf_poison(cli_buf *b);
 int cli_buf_take_snapshot(cli_buf *b); /* 0, or -1 when out of memory */
-/* Elements outside the view whose bytes changed since the snapshot. */
+/* Elements outside the view whose bytes changed since the snapshot; -1 when it cannot look
+ * (no snapshot, or out of memory): never a pass. */
 int64_t cli_buf_outside_writes(const cli_buf *b);
 int64_t cli_numel(const int64_t shape[4]);
 /* The backward (dout, z, o -> dz, dos) or the forward (o, z -> dz) on the tensors b[0..4],

@@ -99,9 +99,8 @@ int cli_buf_take_snapshot(cli_buf *b) {
 }
 
 int64_t cli_buf_outside_writes(const cli_buf *b) {
-  if (!b->snapshot) return 0;
-  unsigned char *inside = calloc((size_t)b->nslots, 1);
-  if (!inside) return 0;
+  unsigned char *inside = b->snapshot ? calloc((size_t)b->nslots, 1) : NULL;
+  if (!inside) return -1;
   int64_t idx[4];
   for (idx[0] = 0; idx[0] < b->shape[0]; idx[0]++)
     for (idx[1] = 0; idx[1] < b->shape[1]; idx[1]++)

@@ -217,19 +217,17 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
   if (!t) set_error(r, 0, "out of memory");
   else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device))
     set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
-  for (int i = 0; !r->error[0] && (i < cfg->warmup || i == 0); i++) {
+  /* the warm-up calls (at least one), then on the CPU the timed ones: every status checked */
+  const int warmup = cfg->warmup ? cfg->warmup : 1, calls = warmup + (be->is_cuda ? 0 : reps);
+  for (int i = 0; !r->error[0] && i < calls; i++) {
     double t0 = cli_now();
     int st = call_op(&call);
     if (st == ZGATE_OK && be->is_cuda && cli_cuda_sync(be->device)) st = ZGATE_ERR_CUDA;
     if (i == 0) r->first_s = cli_now() - t0;
+    if (i >= warmup) t[i - warmup] = cli_now() - t0;
     if (st != ZGATE_OK)
       set_error(r, 1, "zgate returned %d (%s): %s", st, zgate_status_str(st),
                 zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
-  }
-  for (int i = 0; i < reps && !be->is_cuda && !r->error[0]; i++) {
-    double t0 = cli_now();
-    call_op(&call);
-    t[i] = cli_now() - t0;
   }
   if (!r->error[0] && be->is_cuda && cli_cuda_time(be->device, call_op, &call, 0, reps, t))
     set_error(r, 1, "CUDA: %s", cli_cuda_last_error());

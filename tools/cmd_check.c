@@ -181,7 +181,8 @@ static void judge(check_row *row, const char *name, const zgate_check_stats *st,
         (long long)st->inf_mismatches, (long long)st->first_fail, st->first_got, st->first_ref, in,
         cli_buf_get(z, idx), cli_buf_get(o, idx));
   }
-  if (outside) say(row, 1, "%s: %lld elements written outside the tensor", name, (long long)outside);
+  if (outside > 0) say(row, 1, "%s: %lld elements written outside the tensor", name, (long long)outside);
+  if (outside < 0) say(row, 2, "%s: out of memory to look for writes outside the tensor", name);
 }
 
 typedef struct case_desc {
