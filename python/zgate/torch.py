@@ -17,7 +17,8 @@ import torch
 import zgate as _zgate
 from . import _binding
 from ._errors import Error, Status
-from ._mamba import MambaPatch, use_in_mamba_ssm
+from . import _mamba
+from ._mamba import MambaPatch
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
            "use_in_mamba_ssm", "MambaPatch"]
@@ -87,6 +88,18 @@ def compute_dzdo(do, z, o, chunk_size=64):
     # zgate.bwd: traced or on a DTensor, through bwd_out on detached tensors, as in eager
     # mode (these results carry no autograd history)
     return _zgate.bwd(do, z, o, dz=torch.empty_like(z), dout_scaled=_new_like(do))
+
+
+def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False, replacement=None):
+    """Put `replacement` (compute_dzdo above by default) wherever an installed mamba_ssm looks
+    compute_dzdo up: its definition and every module that imported it by name.
+
+    module: the defining module, imported (a module object) or by name; skip_package_init:
+    import it without running mamba_ssm/__init__.py. Returns a MambaPatch (a context manager
+    too; undo() restores upstream's). Raises ImportError, naming what to install, when
+    mamba_ssm or the function is missing."""
+    return _mamba.install(compute_dzdo if replacement is None else replacement, module,
+                          skip_package_init)
 
 
 # --- out-variants: the given tensors written in place ------------------------------------
