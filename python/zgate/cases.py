@@ -149,10 +149,10 @@ def judge(quantity, got, ref, dout, z, o, f32_ulps=F32_ULPS):
     if k < 1 or k * F32_ULPS != f32_ulps or k & (k - 1):
         raise ValueError("f32_ulps %r is not 4 times a power of two" % f32_ulps)
     q = QUANTITY[quantity]
-    if k > 1 and q == QUANTITY["out"]:
-        o = np.asarray(o, np.float64) * k
+    if k > 1 and q == QUANTITY["out"]:      # an array also at rank 0 (not a NumPy scalar)
+        o = np.asarray(np.asarray(o, np.float64) * k)
     elif k > 1:
-        dout = np.asarray(dout, np.float64) * k
+        dout = np.asarray(np.asarray(dout, np.float64) * k)
     st = _binding.check_tensor(q, got, ref, dout, z, o)
     st["ulps"] = st["max_err_units"] * (k if got.dtype == np.float32 else 1)
     st["ok"] = st["failures"] == 0

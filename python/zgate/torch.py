@@ -64,12 +64,9 @@ fwd.register_autograd(_fwd_backward,
 def silu_gate(o, z):
     """out = o * silu(z) = o * z * sigmoid(z), differentiable in o and z.
 
-    Any shape with up to 4 dimensions (more are flattened into the first); o and z have the
-    same shape; the result has o's dtype. Its backward is zgate_bwd."""
-    if o.dim() <= 4:
-        return torch.ops.zgate.fwd(o, z)
-    o4, z4 = (t.reshape((-1,) + tuple(t.shape[-3:])) for t in (o, z))
-    return torch.ops.zgate.fwd(o4, z4).reshape(o.shape)
+    o and z have one shape of rank 0..8 (zgate.Error beyond, as zgate.fwd); the result has
+    o's dtype. Its backward is zgate_bwd."""
+    return torch.ops.zgate.fwd(o, z)
 
 
 def compute_dzdo(do, z, o, chunk_size=64):
