@@ -35,8 +35,10 @@
 
 #include "zgate_internal.h"
 
-static const char *const zg_bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
-static const char *const zg_fwd_names[3] = {"o", "z", "out"};
+const zg_op_desc zg_ops[ZG_NOPS] = {
+    [ZG_OP_BWD] = {"bwd", 3, 2, {"dout", "z", "o", "dz", "dout_scaled"}},
+    [ZG_OP_FWD] = {"fwd", 2, 1, {"o", "z", "out"}},
+};
 
 /* The refusal's data: tensor i of the call (names[i]) and the caller's dim d (-1: none). */
 #define AT(i, d) ((zg_refusal){names[i], (d), {0, 0, 0}})
@@ -101,18 +103,18 @@ static void zg_collapse(int nd, const int64_t *shape, int64_t (*strides)[ZGATE_M
 }
 
 int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_problem *p) {
-  const int bwd = op == ZG_OP_BWD;
-  const int n = bwd ? 5 : 3;
-  const char *const *names = bwd ? zg_bwd_names : zg_fwd_names;
-  uintptr_t lo[5], hi[5]; /* the byte range [lo, hi) each tensor can touch */
+  const zg_op_desc *desc = &zg_ops[op];
+  const int bwd = op == ZG_OP_BWD, n = desc->n_in + desc->n_out;
+  const char *const *names = desc->tensors;
+  uintptr_t lo[ZG_MAX_TENSORS], hi[ZG_MAX_TENSORS]; /* the byte range [lo, hi) each tensor can touch */
   int64_t shape[ZGATE_MAX_NDIM];
-  int64_t strides[5][ZGATE_MAX_NDIM];
+  int64_t strides[ZG_MAX_TENSORS][ZGATE_MAX_NDIM];
   int nd;
 
   memset(p, 0, sizeof *p);
   p->op = op;
-  p->n_in = bwd ? 3 : 2;
-  p->n_out = bwd ? 2 : 1;
+  p->n_in = desc->n_in;
+  p->n_out = desc->n_out;
 
   /* 1. pointers, ndim, shapes, dtypes */
   for (int i = 0; i < n; i++) {

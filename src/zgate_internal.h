@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "zgate.h"
+#include "zgate_ops.h"
 #include "zgate_refusal.h"
 
 /* Storage types zgate knows. ZG_F64 is accepted by the *_reference entry points only. */
@@ -22,11 +23,6 @@ typedef struct zg_operand {
   int64_t strides[ZGATE_MAX_NDIM];
 } zg_operand;
 
-/* Operand slots, in the order of the public signatures. */
-enum { ZG_BWD_DOUT = 0, ZG_BWD_Z = 1, ZG_BWD_O = 2, ZG_BWD_DZ = 3, ZG_BWD_DOS = 4 };
-enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
-
-typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
 
 /* A validated call, described once for every backend. The caller's dims are collapsed
  * (validate.c, zg_collapse; never more than the caller's): size-1 dims dropped, the rest ordered by the first output's
@@ -37,11 +33,11 @@ typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
  * ZG_OP_BWD dout_scaled may be dout itself: in place). */
 typedef struct zg_problem {
   zg_op op;
-  int n_in, n_out;
+  int n_in, n_out;     /* zg_ops[op]'s */
   int ndim;
   int64_t shape[ZGATE_MAX_NDIM];
   int64_t numel;       /* product of shape; 0 means nothing to do */
-  zg_operand t[5];
+  zg_operand t[ZG_MAX_TENSORS];
   DLDevice device;
 } zg_problem;
 

@@ -146,6 +146,6 @@ def kernel_arguments(op, ptrs, layout, tiles):
         ptr, (sa, sb, sr) = by_slot.get(name, by_slot["z"])
         args.update({name + "_ptr": ptr, name + "_sa": sa, name + "_sb": sb, name + "_sr": sr})
     outs = [p for p, n in zip(ptrs, SLOTS[op]) if n in ("dz", "dos")]
-    consts = {"BACKWARD": op == "bwd", "LEAN": all(p.element_size() == 2 for p in outs),
+    consts = {"BACKWARD": op == "bwd", "OUT16": all(p.element_size() == 2 for p in outs),
               "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
     return args, consts
