@@ -135,8 +135,8 @@ static const int ceiling_tensor[2][5] = {{CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DO
 static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / (r->fwd ? 3 : 5)) + 63) & ~(size_t)63; }
 
 /* The CPU ceiling runs on the operator's own buffers when each holds that many bytes (the
- * memory zgate was just timed on: on a VM, where guest pages land can change a stream's
- * bandwidth by 20%), else on fresh ones (in place; mixed dtypes). */
+ * memory zgate was just timed on: on a VM, where guest pages land changes a stream's
+ * bandwidth), else on fresh ones (in place; mixed dtypes). */
 static int ceiling_on_own_buffers(const bench_result *r) {
   for (int i = 0; i < (r->fwd ? 3 : 5); i++) {
     int t = ceiling_tensor[r->fwd][i];

@@ -164,7 +164,7 @@ for _name, _names, _n_out, _new in (
 
 # torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the same functions registered for those
 # dispatch keys, which are chosen before custom_op's CompositeExplicitAutograd kernel and skip
-# its Python wrappers (about 1.4 us a call on a 2-core CPU). Other devices, autograd and the
+# its Python wrappers (their cost per call: docs/performance.md). Other devices, autograd and the
 # fake keep custom_op's. The registrations last as long as the Library object.
 _device_kernels = torch.library.Library("zgate", "IMPL")
 for _key in ("CPU", "CUDA"):

@@ -20,9 +20,8 @@ extern "C" {
 namespace zgcu {
 namespace {
 
-/* The widest item (elements) the host picks: 16-byte accesses. All-float32 problems stop at
- * 4 (8, two 16-byte accesses a tensor, measured no faster on the H200); with any 2-byte
- * tensor 8 elements give it 16-byte accesses. */
+/* The widest item (elements) the host picks: one 16-byte access a tensor, 4 elements when
+ * all are float32, 8 with any 2-byte tensor. */
 constexpr int kMaxVecF32 = 4, kMaxVec16 = 8;
 
 int fail_cuda(const char *what, cudaError_t e) {
@@ -46,7 +45,7 @@ const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
 int launch(const void *kernel, const Args &a, cudaStream_t stream) {
   /* Covering grid: one block per tile (capped at the grid limit; the grid-stride loop does
    * any rest). */
-  const int64_t tile = (int64_t)kUnroll * kThreads;
+  const int64_t tile = kThreads;
   int64_t blocks = (a.items + tile - 1) / tile;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */

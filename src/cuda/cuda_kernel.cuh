@@ -4,7 +4,7 @@
  * its operand counts and per-element math; everything here is the same for both.
  *
  * The grid covers every work item (a grid-stride loop takes over past 2^31-1 blocks); each
- * thread takes kUnroll items of its block's tile, issuing all their loads before any math.
+ * thread takes one item of its block's tile at a time.
  * A work item is V consecutive elements of one row of the collapsed problem (cuda_plan.h),
  * read once from each input and written once to each output.
  *   V = 8, 4, 2: rows contiguous in every tensor, vector accesses of up to 16 bytes; the row
@@ -38,7 +38,7 @@ __device__ __forceinline__ int dtype_of(const Args &a, int t) {
 __device__ __forceinline__ int64_t elem_size(int dt) { return dt == ZG_F32 ? 4 : 2; }
 
 /* Blocks a SM the register budget must allow (launch bounds): float32 at 12 (40 registers,
- * no spills, the fastest), 16-bit and mixed dtypes at 8 (their packed and widest kernels
+ * no spills), 16-bit and mixed dtypes at 8 (their packed and widest kernels
  * need up to 46 and 59 registers; capping the mixed ones at 40 spills). */
 constexpr int min_blocks(int kind) { return kind == ZG_F32 ? 12 : 8; }
 
@@ -196,25 +196,18 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<Op, KIND, 
 
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,
  * and the read comes first in that thread's program order, so no other ordering is needed.
- * A block's tile is kUnroll * kThreads consecutive items; thread t takes items t, t +
- * kThreads, ... of it, so each load instruction of a warp still reads one contiguous span. */
+ * A block's tile is kThreads consecutive items, thread t taking item t, so each load
+ * instruction of a warp reads one contiguous span. */
 template <class Op, int KIND, int V, int LAYOUT>
 __global__ void __launch_bounds__(kThreads, min_blocks(KIND)) gate_kernel(const Args a) {
-  constexpr int64_t tile = (int64_t)kUnroll * kThreads;
-  for (int64_t base = (int64_t)blockIdx.x * tile; base < a.items; base += (int64_t)gridDim.x * tile) {
-    Item<Op, KIND, V> x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
-      const int64_t i = base + u * kThreads + threadIdx.x;
-      if (i < a.items) {
-        locate<Op, KIND, V, LAYOUT>(a, i, x[u]);
-        load_item<Op, KIND, V>(a, x[u]);
-      }
+  for (int64_t base = (int64_t)blockIdx.x * kThreads; base < a.items; base += (int64_t)gridDim.x * kThreads) {
+    const int64_t i = base + threadIdx.x;
+    Item<Op, KIND, V> x;
+    if (i < a.items) { /* every load issued before any math */
+      locate<Op, KIND, V, LAYOUT>(a, i, x);
+      load_item<Op, KIND, V>(a, x);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
-      if (base + u * kThreads + threadIdx.x < a.items) finish_item<Op, KIND, V>(a, x[u]);
-    }
+    if (i < a.items) finish_item<Op, KIND, V>(a, x);
   }
   if constexpr (V > 1) {
     /* One row whose length is not a multiple of V: its last few elements, one per thread. */

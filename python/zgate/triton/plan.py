@@ -105,12 +105,10 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
 # double-buffered in a vector core's 192 KB UB: 4096 for every combination of both ops
 # (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops to single buffering),
 # 8192 for the forward on 16-bit tensors (196608 bytes; each vector instruction's fixed cost
-# spread over twice the elements: 0.81 -> 0.73 of the HBM time at 1.8 TB/s). tests/ascend
-# checks it for every combination and target.
+# spread over twice the elements). tests/ascend checks it for every combination and target.
 NPU_TILE = 4096
 NPU_TILE_FWD_16BIT = 8192
-# GPU, one program per tile: on an H200, 1024 elements was best or within 1% of best on four
-# of six large rows; 4096 and 8192 lost up to 36%.
+# GPU, one program per tile (docs/performance.md compares tile sizes).
 GPU_TILE = 1024
 
 
