@@ -81,13 +81,14 @@ static uint16_t f16_bits(double v) {
 int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }
 
 const char *zgate_check_dtype_name(DLDataType t) {
-  static const char *names[] = {"f32", "f16", "bf16", "f64", "?"};
-  return names[type_of(t)];
+  static const char *names[] = {[ZG_F32] = "f32", [ZG_F16] = "f16", [ZG_BF16] = "bf16", [ZG_F64] = "f64"};
+  const ztype k = type_of(t);
+  return k == T_BAD ? "?" : names[k];
 }
 
 int zgate_check_dtype_size(DLDataType t) {
-  static const int sizes[] = {4, 2, 2, 8, -1};
-  return sizes[type_of(t)];
+  const ztype k = type_of(t);
+  return k == T_BAD ? -1 : (int)zg_dtype_size((zg_dtype)k);
 }
 
 double zgate_check_load(DLDataType t, const void *p) {
