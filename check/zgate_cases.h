@@ -20,20 +20,16 @@ typedef struct zgate_case_dtypes {
   DLDataType dt[5];
 } zgate_case_dtypes;
 
-/* How one tensor lies in its buffer (cases.def's ZG_VIEW): dims in memory order, outermost
- * first; the `inner` innermost form a block, the next dim out steps scale * block + extra
- * elements; the first element sits offset * block elements in. */
+/* cases.def's ZG_VIEW (how one tensor lies in its buffer) and ZG_LAYOUT (the view of each
+ * backward tensor, an index into zgate_case_views). */
 typedef struct zgate_case_view {
   const char *name;
   int order[4], inner, scale, extra, offset;
 } zgate_case_view;
 
-/* A layout (cases.def's ZG_LAYOUT): the view of each backward tensor, as indices into
- * zgate_case_views; the forward takes o = view[2], z = view[1], out = view[3]. */
 typedef struct zgate_case_layout {
   const char *name;
-  int inplace; /* dout_scaled is dout itself */
-  int view[5];
+  int inplace, view[5];
 } zgate_case_layout;
 
 #define ZGC_F32 {kDLFloat, 32, 1}

@@ -21,15 +21,13 @@ if((ZGATE_CUDA STREQUAL "AUTO" AND CMAKE_CUDA_COMPILER) OR (ZGATE_CUDA AND NOT Z
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
-# One CUDA runtime per process, linked one way everywhere (the library, the tool, the tests,
-# the examples; CMAKE_CUDA_RUNTIME_LIBRARY for what nvcc links). Shared by default, so that a
-# process that already uses CUDA (PyTorch loads libcudart.so.<major>) shares one runtime with
-# zgate and the first call does not start a second one; ZGATE_CUDART=STATIC links it into
-# libzgate instead, whose users then take it from there.
+# One CUDA runtime per process, linked one way by the library, the tool, the tests and the
+# examples. Shared by default: a process that uses CUDA already (PyTorch loads
+# libcudart.so.<major>) shares it with zgate. ZGATE_CUDART=STATIC puts a private copy into
+# libzgate.so; a program that calls the runtime itself then links libzgate.a beside one
+# (ZGATE_CUDA_PROGRAM_LIB).
 set(ZGATE_CUDART SHARED CACHE STRING "CUDA runtime linkage: SHARED or STATIC")
 set_property(CACHE ZGATE_CUDART PROPERTY STRINGS SHARED STATIC)
-# ZGATE_CUDA_PROGRAM_LIB: the libzgate a program that calls the runtime itself links (the
-# runtime inside libzgate.so is private to it).
 if(ZGATE_CUDART STREQUAL "STATIC")
   set(ZGATE_CUDA_PROGRAM_LIB zgate_static)
   set(CMAKE_CUDA_RUNTIME_LIBRARY Static)

@@ -6,8 +6,7 @@
 #include <stdint.h>
 
 #include "zgate.h"
-#include "zgate_ops.h"
-#include "zgate_refusal.h"
+#include "zgate_private.h"
 
 /* Storage types zgate knows. ZG_F64 is accepted by the *_reference entry points only. */
 typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3 } zg_dtype;
@@ -52,7 +51,7 @@ typedef struct zg_options {
 
 /* Set the calling thread's last-error message (printf-style) and return `status`. */
 int zg_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* zg_fail naming the tensor, dim or dtype at fault as data too (zgate_refusal.h). */
+/* zg_fail naming the tensor, dim or dtype at fault as data too (zgate_private.h). */
 int zg_refuse(int status, zg_refusal what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Clear the calling thread's message and refusal (on success). */
 void zg_clear_error(void);

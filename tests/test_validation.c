@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "zgate_refusal.h"
+#include "zgate_private.h"
 #include "zt.h"
 
 /* Slots: 0 dout, 1 z, 2 o, 3 dz, 4 dout_scaled. The forward call uses o = slot 2,

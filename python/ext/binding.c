@@ -30,8 +30,7 @@
 
 #include "zgate.h"
 #include "zgate_check.h"
-#include "zgate_ops.h"
-#include "zgate_refusal.h"
+#include "zgate_private.h"
 
 /* DLPack 1.x structures, declared here since the dlpack.h found may be 0.x (same DLTensor). */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -110,7 +109,7 @@ static const char *dtype_words(DLDataType d, char *buf, size_t n) {
 }
 
 /* The library's refusal of a call as zgate.Error(status, message, tensor, dim), read from
- * the record validation keeps (zgate_refusal.h); a refused dtype in words. reference: the
+ * the record validation keeps (zgate_private.h); a refused dtype in words. reference: the
  * call was a reference, which takes float64 too. */
 static PyObject *library_error(int st, int reference) {
   const zg_refusal *r = zg_last_refusal();

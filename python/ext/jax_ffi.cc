@@ -11,7 +11,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "zgate.h"
-#include "zgate_ops.h"
+#include "zgate_private.h"
 
 #ifdef ZGATE_JAX_CUDA
 #include <cuda_runtime_api.h>
