@@ -33,13 +33,13 @@ int fail_cuda(const char *what, cudaError_t e) {
  * ANY layout only). */
 const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
   using Table = const void *(*)(int v, int layout);
-  constexpr Table tables[2][4] = {/* bwd, fwd by ZG_F32, ZG_F16, ZG_BF16, ZG_KIND_MIXED */
+  constexpr Table tables[ZG_NOPS][4] = {/* by zg_op, then ZG_F32, ZG_F16, ZG_BF16, ZG_KIND_MIXED */
                                   {kernels_bwd_f32, kernels_bwd_f16, kernels_bwd_bf16, kernels_bwd_mixed},
                                   {kernels_fwd_f32, kernels_fwd_f16, kernels_fwd_bf16, kernels_fwd_mixed}};
   int kind = a.dtype[0];
   for (int t = 1; t < nt; t++)
     if (a.dtype[t] != kind) kind = ZG_KIND_MIXED;
-  return tables[op == ZG_OP_BWD ? 0 : 1][kind](v, kind == ZG_KIND_MIXED ? L_ANY : layout);
+  return tables[op][kind](v, kind == ZG_KIND_MIXED ? L_ANY : layout);
 }
 
 int launch(const void *kernel, const Args &a, cudaStream_t stream) {
@@ -58,7 +58,7 @@ int launch(const void *kernel, const Args &a, cudaStream_t stream) {
 
 int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   const int nt = p->n_in + p->n_out;
-  if (nt > MAX_T || (p->op == ZG_OP_BWD && nt != 5) || (p->op == ZG_OP_FWD && nt != 3))
+  if (nt > MAX_T || nt != zg_ops[p->op].n_in + zg_ops[p->op].n_out)
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: unexpected operand count %d", nt);
   Args a = {};
   int esize[MAX_T] = {0};
