@@ -25,7 +25,7 @@ import triton
 import zgate
 import zgate.triton
 from zgate._mamba import import_upstream_dzdo
-from zgate.cases import real_shapes
+from zgate.cases import layout_views, real_shapes, view_strides
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("zgate", "triton", "eager", "compile", "orig")
@@ -44,17 +44,15 @@ def empty(shape, dtype, slack):
 
 
 def make_inputs(shape, dtype, layout, slack):
-    B, L, H, D = shape
+    """dout, z, o in cases.def's `layout` (each tensor's view), `slack` spare elements after
+    each buffer."""
     g = torch.Generator(device="cuda").manual_seed(1234)
-    dout, o = (empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g))
-               for _ in range(2))
-    if layout == "dense":
-        z = empty(shape, dtype, slack).copy_(torch.randn(shape, device="cuda", generator=g) * 4)
-    else:
-        P = 2 * H * D + 480
-        proj = torch.randn(B * L * P + slack, device="cuda", generator=g).to(dtype)
-        z = proj[:B * L * P].view(B, L, P)[:, :, H * D:2 * H * D].view(B, L, H, D).mul_(4)
-    return dout, z, o
+    out = []
+    for view, scale in zip(layout_views(layout)[1][:3], (1, 4, 1)):
+        strides, offset, n = view_strides(view, shape)
+        buf = torch.randn(n + slack, device="cuda", generator=g).to(dtype)
+        out.append(buf.as_strided(shape, strides, offset).mul_(scale))
+    return out
 
 
 def implementation(name, orig, dout, z, o, slack):
@@ -164,7 +162,7 @@ def main():
           + "   (us, % of copy)")
     rows = []
     combos = [(s, d, lay) for s in real_shapes()[:3 if a.quick else None]
-              for d in a.dtypes.split(",") for lay in ("dense", "proj")]
+              for d in a.dtypes.split(",") for lay in ("dense", "zview")]
     for shape, dn, layout in combos:
         if a.deadline and time.time() - t0 > a.deadline:
             print("deadline reached: %d rows not run" % (len(combos) - len(rows)))

@@ -20,13 +20,26 @@ typedef struct zgate_case_dtypes {
   DLDataType dt[5];
 } zgate_case_dtypes;
 
+/* cases.def's ZG_VIEW (how one tensor lies in its buffer) and ZG_LAYOUT (the view of each
+ * backward tensor, an index into zgate_case_views). */
+typedef struct zgate_case_view {
+  const char *name;
+  int order[4], inner, scale, extra, offset;
+} zgate_case_view;
+
+typedef struct zgate_case_layout {
+  const char *name;
+  int inplace, view[5];
+} zgate_case_layout;
+
 #define ZGC_F32 {kDLFloat, 32, 1}
 #define ZGC_F16 {kDLFloat, 16, 1}
 #define ZGC_BF16 {kDLBfloat, 16, 1}
 
 #define ZG_SHAPE(b, l, h, d, set) {{b, l, h, d}, ZGATE_CASES_##set},
 #define ZG_DTYPES(name, a, b, c, d, e)
-#define ZG_LAYOUT(name)
+#define ZG_VIEW(name, d0, d1, d2, d3, inner, scale, extra, offset)
+#define ZG_LAYOUT(name, inplace, a, b, c, d, e)
 static const zgate_case_shape zgate_case_shapes[] = {
 #include "cases.def"
 };
@@ -38,15 +51,60 @@ static const zgate_case_dtypes zgate_case_dtype_sets[] = {
 #include "cases.def"
 };
 #undef ZG_DTYPES
-#undef ZG_LAYOUT
 #define ZG_DTYPES(name, a, b, c, d, e)
-#define ZG_LAYOUT(name) #name,
-static const char *const zgate_case_layouts[] = {
+#undef ZG_VIEW
+#define ZG_VIEW(name, d0, d1, d2, d3, inner, scale, extra, offset) ZGATE_CASE_VIEW_##name,
+enum {
+#include "cases.def"
+  ZGATE_CASE_NVIEWS
+};
+#undef ZG_VIEW
+#define ZG_VIEW(name, d0, d1, d2, d3, inner, scale, extra, offset) \
+  {#name, {d0, d1, d2, d3}, inner, scale, extra, offset},
+static const zgate_case_view zgate_case_views[] = {
+#include "cases.def"
+};
+#undef ZG_VIEW
+#define ZG_VIEW(name, d0, d1, d2, d3, inner, scale, extra, offset)
+#undef ZG_LAYOUT
+#define ZG_LAYOUT(name, inplace, a, b, c, d, e) ZGATE_CASE_LAYOUT_##name,
+enum {
+#include "cases.def"
+  ZGATE_CASE_NLAYOUTS
+};
+#undef ZG_LAYOUT
+#define ZG_LAYOUT(name, inplace, a, b, c, d, e)                                       \
+  {#name, inplace, {ZGATE_CASE_VIEW_##a, ZGATE_CASE_VIEW_##b, ZGATE_CASE_VIEW_##c, \
+                    ZGATE_CASE_VIEW_##d, ZGATE_CASE_VIEW_##e}},
+static const zgate_case_layout zgate_case_layouts[] = {
+#include "cases.def"
+};
+#undef ZG_LAYOUT
+#define ZG_LAYOUT(name, inplace, a, b, c, d, e) #name,
+static const char *const zgate_case_layout_names[] = {
 #include "cases.def"
 };
 #undef ZG_SHAPE
 #undef ZG_DTYPES
+#undef ZG_VIEW
 #undef ZG_LAYOUT
+
+/* The element strides of view v over `shape` and its first element's offset; returns the
+ * elements its buffer holds (offset, the view's span and the padding after its last row;
+ * 0 for an empty shape). The one rule of cases.def, as zgate.cases.view_strides. */
+static inline int64_t zgate_case_strides(const zgate_case_view *v, const int64_t shape[4],
+                                         int64_t strides[4], int64_t *offset) {
+  int64_t step = 1, block = 1, numel = 1;
+  for (int k = 3; k >= 0; k--) {
+    const int d = v->order[k];
+    strides[d] = step;
+    step *= shape[d];
+    numel *= shape[d];
+    if (4 - k == v->inner) block = step, step = v->scale * step + v->extra;
+  }
+  *offset = v->offset * block;
+  return numel ? *offset + step : 0;
+}
 
 #define ZGATE_CASES_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

@@ -1,5 +1,6 @@
 /* The accuracy oracle: the numerics policy of zgate_check.h, element by element. */
 #include "zgate_check.h"
+#include "zgate_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,14 +9,16 @@
 
 /* ---- storage types ------------------------------------------------------------------- */
 
-typedef enum { T_F32, T_F16, T_BF16, T_F64, T_BAD } ztype;
+/* The library's storage types (zg_dtype), and one it does not know. */
+typedef int ztype;
+enum { T_BAD = -1 };
 
 static ztype type_of(DLDataType t) {
   if (t.lanes != 1) return T_BAD;
-  if (t.code == kDLFloat && t.bits == 32) return T_F32;
-  if (t.code == kDLFloat && t.bits == 16) return T_F16;
-  if (t.code == kDLFloat && t.bits == 64) return T_F64;
-  if (t.code == kDLBfloat && t.bits == 16) return T_BF16;
+  if (t.code == kDLFloat && t.bits == 32) return ZG_F32;
+  if (t.code == kDLFloat && t.bits == 16) return ZG_F16;
+  if (t.code == kDLFloat && t.bits == 64) return ZG_F64;
+  if (t.code == kDLBfloat && t.bits == 16) return ZG_BF16;
   return T_BAD;
 }
 
@@ -25,9 +28,9 @@ typedef struct { int p, emin, emax; } fmt;
 
 static fmt fmt_of(ztype t) {
   switch (t) {
-  case T_F16: return (fmt){11, -14, 15};
-  case T_BF16: return (fmt){8, -126, 127};
-  case T_F64: return (fmt){53, -1022, 1023};
+  case ZG_F16: return (fmt){11, -14, 15};
+  case ZG_BF16: return (fmt){8, -126, 127};
+  case ZG_F64: return (fmt){53, -1022, 1023};
   default: return (fmt){24, -126, 127};
   }
 }
@@ -78,38 +81,39 @@ static uint16_t f16_bits(double v) {
 int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }
 
 const char *zgate_check_dtype_name(DLDataType t) {
-  static const char *names[] = {"f32", "f16", "bf16", "f64", "?"};
-  return names[type_of(t)];
+  static const char *names[] = {[ZG_F32] = "f32", [ZG_F16] = "f16", [ZG_BF16] = "bf16", [ZG_F64] = "f64"};
+  const ztype k = type_of(t);
+  return k == T_BAD ? "?" : names[k];
 }
 
 int zgate_check_dtype_size(DLDataType t) {
-  static const int sizes[] = {4, 2, 2, 8, -1};
-  return sizes[type_of(t)];
+  const ztype k = type_of(t);
+  return k == T_BAD ? -1 : (int)zg_dtype_size((zg_dtype)k);
 }
 
 double zgate_check_load(DLDataType t, const void *p) {
   switch (type_of(t)) {
-  case T_F32: { float f; memcpy(&f, p, 4); return f; }
-  case T_F64: { double d; memcpy(&d, p, 8); return d; }
-  case T_F16: { uint16_t h; memcpy(&h, p, 2); return f16_to_double(h); }
-  case T_BF16: { uint16_t h; memcpy(&h, p, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+  case ZG_F32: { float f; memcpy(&f, p, 4); return f; }
+  case ZG_F64: { double d; memcpy(&d, p, 8); return d; }
+  case ZG_F16: { uint16_t h; memcpy(&h, p, 2); return f16_to_double(h); }
+  case ZG_BF16: { uint16_t h; memcpy(&h, p, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
   default: return NAN;
   }
 }
 
 double zgate_check_round(DLDataType t, double v) {
   ztype k = type_of(t);
-  return k == T_BAD ? NAN : k == T_F64 ? v : round_fmt(v, fmt_of(k));
+  return k == T_BAD ? NAN : k == ZG_F64 ? v : round_fmt(v, fmt_of(k));
 }
 
 void zgate_check_store(DLDataType t, void *p, double v) {
   ztype k = type_of(t);
   double r = zgate_check_round(t, v);
   switch (k) {
-  case T_F32: { float f = (float)r; memcpy(p, &f, 4); break; } /* exact: r is a float */
-  case T_F64: memcpy(p, &v, 8); break;
-  case T_F16: { uint16_t h = f16_bits(r); memcpy(p, &h, 2); break; }
-  case T_BF16: {
+  case ZG_F32: { float f = (float)r; memcpy(p, &f, 4); break; } /* exact: r is a float */
+  case ZG_F64: memcpy(p, &v, 8); break;
+  case ZG_F16: { uint16_t h = f16_bits(r); memcpy(p, &h, 2); break; }
+  case ZG_BF16: {
     /* A bfloat16 value is a float whose low 16 bits are zero. */
     float f = (float)r;
     uint32_t u;
@@ -158,7 +162,7 @@ static double f32_bound(zgate_check_quantity q, double dout, double z, double o,
     scale *= 1.0 + az * one_minus_s;
     a *= 1.0 + az;
   }
-  *unit = ulp_fmt(scale, fmt_of(T_F32));
+  *unit = ulp_fmt(scale, fmt_of(ZG_F32));
   return 4.0 * *unit + a;
 }
 
@@ -166,7 +170,7 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
                                         double ref, double dout, double z, double o,
                                         double *err_units, double *bound_ratio) {
   ztype k = type_of(out_dtype);
-  fmt f = fmt_of(k == T_BAD ? T_F32 : k);
+  fmt f = fmt_of(k == T_BAD ? ZG_F32 : k);
   double overflow = ldexp(1.0, f.emax + 1);
   if (err_units) *err_units = 0;
   if (bound_ratio) *bound_ratio = 0;
@@ -180,7 +184,7 @@ zgate_check_verdict zgate_check_element(zgate_check_quantity q, DLDataType out_d
   double err = fabs(got - ref), unit;
   if (err == 0) return ZGATE_CHECK_PASS; /* also where the bound's products overflow float64 */
   double bound32 = f32_bound(q, dout, z, o, &unit), allowed = bound32;
-  if (k == T_F16 || k == T_BF16) {
+  if (k == ZG_F16 || k == ZG_BF16) {
     unit = ulp_fmt(ref, f);
     allowed = fmax(bound32 + 0.5 * unit, unit);
   }

@@ -21,3 +21,23 @@ if((ZGATE_CUDA STREQUAL "AUTO" AND CMAKE_CUDA_COMPILER) OR (ZGATE_CUDA AND NOT Z
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
+# One CUDA runtime per process, linked one way by the library, the tool, the tests and the
+# examples. Shared by default: a process that uses CUDA already (PyTorch loads
+# libcudart.so.<major>) shares it with zgate. ZGATE_CUDART=STATIC puts a private copy into
+# libzgate.so; a program that calls the runtime itself then links libzgate.a beside one
+# (ZGATE_CUDA_PROGRAM_LIB).
+set(ZGATE_CUDART SHARED CACHE STRING "CUDA runtime linkage: SHARED or STATIC")
+set_property(CACHE ZGATE_CUDART PROPERTY STRINGS SHARED STATIC)
+if(ZGATE_CUDART STREQUAL "STATIC")
+  set(ZGATE_CUDA_PROGRAM_LIB zgate_static)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+  set(ZGATE_CUDART_TARGET CUDA::cudart_static)
+  set(ZGATE_CUDART_FILE "${CUDA_cudart_static_LIBRARY}")
+  set(ZGATE_CUDART_PC "-lcudart_static -ldl -lrt")
+else()
+  set(ZGATE_CUDA_PROGRAM_LIB zgate)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  set(ZGATE_CUDART_TARGET CUDA::cudart)
+  set(ZGATE_CUDART_FILE "${CUDA_cudart_LIBRARY}")
+  set(ZGATE_CUDART_PC "-lcudart")
+endif()

@@ -4,9 +4,10 @@
 
 #include "zgate_internal.h"
 
-/* One message buffer per thread: calls on other threads never clobber it, and there is
- * no lock and nothing to free. */
+/* One message buffer and one refusal per thread: calls on other threads never clobber
+ * them, and there is no lock and nothing to free. */
 static _Thread_local char zg_last_error_buf[512];
+static _Thread_local zg_refusal zg_last_refusal_rec = ZG_REFUSAL_NONE;
 
 const char *zgate_status_str(int status) {
   switch (status) {
@@ -38,13 +39,31 @@ const char *zgate_status_str(int status) {
 
 const char *zgate_last_error(void) { return zg_last_error_buf; }
 
-int zg_fail(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(zg_last_error_buf, sizeof zg_last_error_buf, fmt, ap);
-  va_end(ap);
-  if (n < 0) zg_last_error_buf[0] = '\0';
+const zg_refusal *zg_last_refusal(void) { return &zg_last_refusal_rec; }
+
+static int zg_vrefuse(int status, zg_refusal what, const char *fmt, va_list ap) {
+  zg_last_refusal_rec = what;
+  if (vsnprintf(zg_last_error_buf, sizeof zg_last_error_buf, fmt, ap) < 0) zg_last_error_buf[0] = '\0';
   return status;
 }
 
-void zg_clear_error(void) { zg_last_error_buf[0] = '\0'; }
+int zg_refuse(int status, zg_refusal what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  zg_vrefuse(status, what, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+int zg_fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  zg_vrefuse(status, (zg_refusal)ZG_REFUSAL_NONE, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void zg_clear_error(void) {
+  zg_last_error_buf[0] = '\0';
+  zg_last_refusal_rec = (zg_refusal)ZG_REFUSAL_NONE;
+}

@@ -35,18 +35,23 @@
 
 #include "zgate_internal.h"
 
-static const char *const zg_bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
-static const char *const zg_fwd_names[3] = {"o", "z", "out"};
+const zg_op_desc zg_ops[ZG_NOPS] = {
+    [ZG_OP_BWD] = {"bwd", 3, 2, {"dout", "z", "o", "dz", "dout_scaled"}},
+    [ZG_OP_FWD] = {"fwd", 2, 1, {"o", "z", "out"}},
+};
+
+/* The refusal's data: tensor i of the call (names[i]) and the caller's dim d (-1: none). */
+#define AT(i, d) ((zg_refusal){names[i], (d), {0, 0, 0}})
 
 static int zg_parse_dtype(const char *name, DLDataType dt, int allow_f64, zg_dtype *out) {
   if (dt.lanes != 1)
-    return zg_fail(ZGATE_ERR_LANES, "%s: dtype lanes is %u, only 1 is supported", name,
-                   (unsigned)dt.lanes);
+    return zg_refuse(ZGATE_ERR_LANES, (zg_refusal){name, -1, dt},
+                     "%s: dtype lanes is %u, only 1 is supported", name, (unsigned)dt.lanes);
   if (dt.code == kDLFloat && dt.bits == 32) { *out = ZG_F32; return ZGATE_OK; }
   if (dt.code == kDLFloat && dt.bits == 16) { *out = ZG_F16; return ZGATE_OK; }
   if (dt.code == kDLBfloat && dt.bits == 16) { *out = ZG_BF16; return ZGATE_OK; }
   if (allow_f64 && dt.code == kDLFloat && dt.bits == 64) { *out = ZG_F64; return ZGATE_OK; }
-  return zg_fail(ZGATE_ERR_DTYPE,
+  return zg_refuse(ZGATE_ERR_DTYPE, (zg_refusal){name, -1, dt},
                  "%s: dtype (code %u, bits %u) is not float32, float16 or bfloat16%s", name,
                  (unsigned)dt.code, (unsigned)dt.bits, allow_f64 ? " or float64" : "");
 }
@@ -98,30 +103,30 @@ static void zg_collapse(int nd, const int64_t *shape, int64_t (*strides)[ZGATE_M
 }
 
 int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_problem *p) {
-  const int bwd = op == ZG_OP_BWD;
-  const int n = bwd ? 5 : 3;
-  const char *const *names = bwd ? zg_bwd_names : zg_fwd_names;
-  uintptr_t lo[5], hi[5]; /* the byte range [lo, hi) each tensor can touch */
+  const zg_op_desc *desc = &zg_ops[op];
+  const int bwd = op == ZG_OP_BWD, n = desc->n_in + desc->n_out;
+  const char *const *names = desc->tensors;
+  uintptr_t lo[ZG_MAX_TENSORS], hi[ZG_MAX_TENSORS]; /* the byte range [lo, hi) each tensor can touch */
   int64_t shape[ZGATE_MAX_NDIM];
-  int64_t strides[5][ZGATE_MAX_NDIM];
+  int64_t strides[ZG_MAX_TENSORS][ZGATE_MAX_NDIM];
   int nd;
 
   memset(p, 0, sizeof *p);
   p->op = op;
-  p->n_in = bwd ? 3 : 2;
-  p->n_out = bwd ? 2 : 1;
+  p->n_in = desc->n_in;
+  p->n_out = desc->n_out;
 
   /* 1. pointers, ndim, shapes, dtypes */
   for (int i = 0; i < n; i++) {
     const DLTensor *t = tensors[i];
-    if (!t) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: tensor pointer is NULL", names[i]);
+    if (!t) return zg_refuse(ZGATE_ERR_NULL_ARGUMENT, AT(i, -1), "%s: tensor pointer is NULL", names[i]);
     if (t->ndim < 0 || t->ndim > ZGATE_MAX_NDIM)
-      return zg_fail(ZGATE_ERR_NDIM, "%s: ndim is %d, outside 0..%d", names[i], (int)t->ndim,
+      return zg_refuse(ZGATE_ERR_NDIM, AT(i, -1), "%s: ndim is %d, outside 0..%d", names[i], (int)t->ndim,
                      ZGATE_MAX_NDIM);
-    if (!t->shape && t->ndim > 0) return zg_fail(ZGATE_ERR_NULL_ARGUMENT, "%s: shape is NULL", names[i]);
+    if (!t->shape && t->ndim > 0) return zg_refuse(ZGATE_ERR_NULL_ARGUMENT, AT(i, -1), "%s: shape is NULL", names[i]);
     for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] < 0)
-        return zg_fail(ZGATE_ERR_NEGATIVE_SIZE, "%s: dim %d has negative size %lld", names[i],
+        return zg_refuse(ZGATE_ERR_NEGATIVE_SIZE, AT(i, d), "%s: dim %d has negative size %lld", names[i],
                        d, (long long)t->shape[d]);
     int st = zg_parse_dtype(names[i], t->dtype, allow_f64, &p->t[i].dtype);
     if (st) return st;
@@ -129,12 +134,12 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   nd = tensors[0]->ndim;
   for (int i = 1; i < n; i++) {
     if (tensors[i]->ndim != nd)
-      return zg_fail(ZGATE_ERR_SHAPE_MISMATCH,
+      return zg_refuse(ZGATE_ERR_SHAPE_MISMATCH, AT(i, -1),
                      "%s: ndim is %d but %s has %d (shapes must be equal)", names[i],
                      (int)tensors[i]->ndim, names[0], nd);
     for (int d = 0; d < nd; d++)
       if (tensors[i]->shape[d] != tensors[0]->shape[d])
-        return zg_fail(ZGATE_ERR_SHAPE_MISMATCH,
+        return zg_refuse(ZGATE_ERR_SHAPE_MISMATCH, AT(i, d),
                        "%s: dim %d has size %lld but %s has %lld (shapes must be equal)",
                        names[i], d, (long long)tensors[i]->shape[d], names[0],
                        (long long)tensors[0]->shape[d]);
@@ -145,7 +150,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
     if (shape[d] == 0) numel = 0;
   for (int d = 0; d < nd && numel != 0; d++)
     if (__builtin_mul_overflow(numel, shape[d], &numel))
-      return zg_fail(ZGATE_ERR_OVERFLOW, "%s: the element count overflows 64 bits at dim %d",
+      return zg_refuse(ZGATE_ERR_OVERFLOW, AT(0, d), "%s: the element count overflows 64 bits at dim %d",
                      names[0], d);
   p->numel = numel;
 
@@ -154,7 +159,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
   for (int i = 1; i < n; i++) {
     DLDevice dv = tensors[i]->device;
     if (dv.device_type != p->device.device_type || dv.device_id != p->device.device_id)
-      return zg_fail(ZGATE_ERR_DEVICE_MISMATCH,
+      return zg_refuse(ZGATE_ERR_DEVICE_MISMATCH, AT(i, -1),
                      "%s: device (type %d, id %d) differs from %s's (type %d, id %d)", names[i],
                      (int)dv.device_type, (int)dv.device_id, names[0],
                      (int)p->device.device_type, (int)p->device.device_id);
@@ -167,14 +172,14 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
     case kDLCUDA:
     case kDLCUDAManaged:
 #ifndef ZGATE_WITH_CUDA
-      return zg_fail(ZGATE_ERR_NO_CUDA,
+      return zg_refuse(ZGATE_ERR_NO_CUDA, AT(0, -1),
                      "%s: CUDA tensor (device type %d), but this zgate was built without CUDA",
                      names[0], (int)p->device.device_type);
 #else
       break;
 #endif
     default:
-      return zg_fail(ZGATE_ERR_DEVICE_UNSUPPORTED,
+      return zg_refuse(ZGATE_ERR_DEVICE_UNSUPPORTED, AT(0, -1),
                      "%s: device type %d is not supported (kDLCPU, kDLCUDAHost, kDLCUDA, "
                      "kDLCUDAManaged are)",
                      names[0], (int)p->device.device_type);
@@ -188,7 +193,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
     if (t->strides) {
       for (int d = 0; d < nd; d++) {
         if (t->strides[d] < 0)
-          return zg_fail(ZGATE_ERR_NEGATIVE_STRIDE, "%s: dim %d has negative stride %lld",
+          return zg_refuse(ZGATE_ERR_NEGATIVE_STRIDE, AT(i, d), "%s: dim %d has negative stride %lld",
                          names[i], d, (long long)t->strides[d]);
         s[d] = t->strides[d];
       }
@@ -215,15 +220,15 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
     const DLTensor *t = tensors[i];
     int64_t esize = zg_dtype_size(p->t[i].dtype);
     if (!t->data)
-      return zg_fail(ZGATE_ERR_NULL_DATA, "%s: data is NULL but the tensor has %lld elements",
+      return zg_refuse(ZGATE_ERR_NULL_DATA, AT(i, -1), "%s: data is NULL but the tensor has %lld elements",
                      names[i], (long long)numel);
     uintptr_t base;
     if (t->byte_offset > (uint64_t)INTPTR_MAX ||
         __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &base))
-      return zg_fail(ZGATE_ERR_OVERFLOW, "%s: data + byte_offset (%llu) overflows the address space",
+      return zg_refuse(ZGATE_ERR_OVERFLOW, AT(i, -1), "%s: data + byte_offset (%llu) overflows the address space",
                      names[i], (unsigned long long)t->byte_offset);
     if (base % (uintptr_t)esize != 0)
-      return zg_fail(ZGATE_ERR_MISALIGNED,
+      return zg_refuse(ZGATE_ERR_MISALIGNED, AT(i, -1),
                      "%s: data + byte_offset (%p + %llu) is not aligned to the %lld-byte element",
                      names[i], t->data, (unsigned long long)t->byte_offset, (long long)esize);
     int64_t maxoff = 0, bytes = 0; /* the largest element offset reached */
@@ -231,14 +236,14 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
       int64_t step;
       if (shape[d] > 1 && (__builtin_mul_overflow(shape[d] - 1, strides[i][d], &step) ||
                            __builtin_add_overflow(maxoff, step, &maxoff)))
-        return zg_fail(ZGATE_ERR_OVERFLOW,
+        return zg_refuse(ZGATE_ERR_OVERFLOW, AT(i, d),
                        "%s: the extent of dim %d (size %lld, stride %lld) overflows 64 bits",
                        names[i], d, (long long)shape[d], (long long)strides[i][d]);
     }
     if (__builtin_add_overflow(maxoff, 1, &bytes) ||
         __builtin_mul_overflow(bytes, esize, &bytes) ||
         __builtin_add_overflow(base, (uintptr_t)bytes, &hi[i]))
-      return zg_fail(ZGATE_ERR_OVERFLOW,
+      return zg_refuse(ZGATE_ERR_OVERFLOW, AT(i, -1),
                      "%s: the byte extent (%lld elements of %lld bytes from %p) overflows",
                      names[i], (long long)maxoff, (long long)esize, (void *)base);
     lo[i] = base;
@@ -258,7 +263,7 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
     for (int m = 0; m < k; m++) {
       const int d = dims[m];
       if (s[d] < span)
-        return zg_fail(ZGATE_ERR_OUTPUT_SELF_OVERLAP,
+        return zg_refuse(ZGATE_ERR_OUTPUT_SELF_OVERLAP, AT(i, d),
                        "%s: dim %d (size %lld, stride %lld) overlaps the inner dims (span %lld "
                        "elements): two elements would share memory",
                        names[i], d, (long long)shape[d], (long long)s[d], (long long)span);
@@ -271,12 +276,12 @@ int zg_validate(zg_op op, const DLTensor *const *tensors, int allow_f64, zg_prob
       if (bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT && lo[i] == lo[j]) {
         /* the very tensor dout: same dtype, same strides (those of size-1 dims are 0) */
         if (p->t[i].dtype != p->t[j].dtype || memcmp(strides[i], strides[j], (size_t)nd * sizeof shape[0]))
-          return zg_fail(ZGATE_ERR_INPLACE_MISMATCH,
+          return zg_refuse(ZGATE_ERR_INPLACE_MISMATCH, AT(i, -1),
                          "dout_scaled: shares dout's memory but not its dtype and strides "
                          "(in place needs the very same tensor)");
         continue;
       }
-      return zg_fail(ZGATE_ERR_ALIAS,
+      return zg_refuse(ZGATE_ERR_ALIAS, AT(i, -1),
                      "%s: its memory [%p, %p) overlaps %s's [%p, %p)%s", names[i],
                      (void *)lo[i], (void *)hi[i], names[j], (void *)lo[j], (void *)hi[j],
                      bwd && i == ZG_BWD_DOS && j == ZG_BWD_DOUT

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "zgate.h"
+#include "zgate_private.h"
 
 /* Storage types zgate knows. ZG_F64 is accepted by the *_reference entry points only. */
 typedef enum zg_dtype { ZG_F32 = 0, ZG_F16 = 1, ZG_BF16 = 2, ZG_F64 = 3 } zg_dtype;
@@ -21,11 +22,6 @@ typedef struct zg_operand {
   int64_t strides[ZGATE_MAX_NDIM];
 } zg_operand;
 
-/* Operand slots, in the order of the public signatures. */
-enum { ZG_BWD_DOUT = 0, ZG_BWD_Z = 1, ZG_BWD_O = 2, ZG_BWD_DZ = 3, ZG_BWD_DOS = 4 };
-enum { ZG_FWD_O = 0, ZG_FWD_Z = 1, ZG_FWD_OUT = 2 };
-
-typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
 
 /* A validated call, described once for every backend. The caller's dims are collapsed
  * (validate.c, zg_collapse; never more than the caller's): size-1 dims dropped, the rest ordered by the first output's
@@ -36,11 +32,11 @@ typedef enum zg_op { ZG_OP_BWD = 0, ZG_OP_FWD = 1 } zg_op;
  * ZG_OP_BWD dout_scaled may be dout itself: in place). */
 typedef struct zg_problem {
   zg_op op;
-  int n_in, n_out;
+  int n_in, n_out;     /* zg_ops[op]'s */
   int ndim;
   int64_t shape[ZGATE_MAX_NDIM];
   int64_t numel;       /* product of shape; 0 means nothing to do */
-  zg_operand t[5];
+  zg_operand t[ZG_MAX_TENSORS];
   DLDevice device;
 } zg_problem;
 
@@ -55,7 +51,9 @@ typedef struct zg_options {
 
 /* Set the calling thread's last-error message (printf-style) and return `status`. */
 int zg_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Clear the calling thread's message (on success). */
+/* zg_fail naming the tensor, dim or dtype at fault as data too (zgate_private.h). */
+int zg_refuse(int status, zg_refusal what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Clear the calling thread's message and refusal (on success). */
 void zg_clear_error(void);
 
 /* validate.c: check the caller's tensors and fill *p. allow_f64 admits float64 tensors

@@ -22,8 +22,9 @@
 enum {
   L_DENSE,         /* compact, strides NULL or spelled out, odd misalignment to 64 bytes */
   L_OFFSET,        /* compact, position carried in byte_offset (data = allocation start) */
-  L_ZPROJ,         /* z a view into an input projection: strides (L*P, P, D, 1), P > H*D */
-  L_PERMUTED,      /* each tensor a different memory order of its dims */
+  L_ZPROJ,         /* z a view into an input projection: cases.def's view "projection" */
+  L_CASES_PERMUTED, /* cases.def's layout "permuted": a view per tensor, z's headdim strided */
+  L_PERMUTED,      /* each tensor a memory order of its dims taken in turn from perms */
   L_PADDED,        /* padding after every dim, headdim stride 1 or 2 */
   L_BCAST,         /* inputs with zero strides (broadcast); outputs dense */
   L_INPLACE,       /* dout_scaled is dout */
@@ -34,7 +35,7 @@ enum {
   L_MIXED = L_COUNT /* each tensor its own layout (acc_case.lay), z maybe a projection view */
 };
 static const char *const layout_names[L_COUNT + 1] = {"dense", "byte_offset", "zproj", "permuted",
-                                                      "padded", "broadcast", "inplace",
+                                                      "shuffled", "padded", "broadcast", "inplace",
                                                       "zproj+inplace", "last-output-LB", "mixed"};
 
 typedef struct acc_case {
@@ -138,10 +139,17 @@ static int run_case(acc_case *c) {
     /* a guard before, and an odd alignment */
     size_t lead = 64 + (size_t)(c->same_lead ? lead_elems : zt_int(r, 0, 7)) * (size_t)esize;
     size_t extra = 0;                                          /* bytes before the first element */
-    if (zproj && i == iz) {
-      int64_t P = 2 * H * D + 7, c0 = H * D + 3; /* other projection columns around z */
-      st[3] = 1; st[2] = D; st[1] = P; st[0] = sh[1] * P;
-      extra = (size_t)(c0 * esize);
+    /* the view cases.def gives this tensor, if any (the forward's o, z, out: its 2, 1, 3) */
+    static const int fwd_slot[3] = {2, 1, 3};
+    const int *permuted = zgate_case_layouts[ZGATE_CASE_LAYOUT_permuted].view;
+    int view = zproj && i == iz ? ZGATE_CASE_VIEW_projection
+               : lay == L_CASES_PERMUTED ? permuted[c->fwd ? fwd_slot[i] : i]
+                                         : -1;
+    int64_t view_elems = 0;
+    if (view >= 0) {
+      int64_t offset, n = zgate_case_strides(&zgate_case_views[view], sh, st, &offset);
+      extra = (size_t)(offset * esize);
+      view_elems = n ? n - offset : 0;
       strides = st;
     } else if (lay == L_LAST_OUT_LB && i == nt - 1) {
       static const int lb[4] = {1, 0, 2, 3};
@@ -164,8 +172,7 @@ static int run_case(acc_case *c) {
     } else if (!as_null || lay == L_OFFSET) {
       strides = st; /* compact, spelled out */
     }
-    size_t span = zt_span_bytes(dt, sh, st);
-    if (zproj && i == iz && numel > 0) span = (size_t)(sh[0] * sh[1] * st[1] * esize);
+    size_t span = view >= 0 ? (size_t)(view_elems * esize) : zt_span_bytes(dt, sh, st);
     if (null_data) {
       zt_tensor_init(&x[i], dt, sh, strides, NULL, 0, 0, 1);
       continue;

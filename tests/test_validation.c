@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "zgate_private.h"
 #include "zt.h"
 
 /* Slots: 0 dout, 1 z, 2 o, 3 dz, 4 dout_scaled. The forward call uses o = slot 2,
@@ -85,6 +86,11 @@ static void expect_fail(fx *f, int op, int code, const char *name, const char *w
   if (!msg[0]) problem("%s, %s: no last-error message", op_names[op], what);
   else if (name && !zt_names(msg, name))
     problem("%s, %s: message does not name %s: %s", op_names[op], what, name, msg);
+  /* a tensor the message names, as data (options name none; a shape mismatch names the
+   * tensor that differs from the first) */
+  const char *got = zg_last_refusal()->tensor;
+  if (name && (got ? !strcmp(name, "options") || !zt_names(msg, got) : strcmp(name, "options")))
+    problem("%s, %s: the refusal records tensor %s: %s", op_names[op], what, got ? got : "none", msg);
   for (int i = 0; i < 5; i++)
     if (memcmp(f->b[i]->mem, f->b[i]->snap, f->b[i]->size) != 0)
       problem("%s, %s: buffer of slot %d was written", op_names[op], what, i);
@@ -260,6 +266,10 @@ static void test_dtypes(void **state) {
         f.x[s].t.dtype = bad[j];
         snprintf(what, sizeof what, "dtype (code %d, bits %d) on %s", bad[j].code, bad[j].bits, name);
         expect_fail(&f, op, ZGATE_ERR_DTYPE, name, what);
+        DLDataType got = zg_last_refusal()->dtype;
+        if (got.code != bad[j].code || got.bits != bad[j].bits || zg_last_refusal()->dim != -1)
+          problem("%s, %s: the refusal records dtype (code %d, bits %d), dim %d", op_names[op], what,
+                  got.code, got.bits, zg_last_refusal()->dim);
         fx_free(&f);
       }
       /* float64 is for the references only. */
@@ -299,6 +309,8 @@ static void test_strides(void **state) {
         f.x[s].strides[d] = -1;
         snprintf(what, sizeof what, "negative stride dim %d on %s", d, name);
         expect_fail(&f, op, ZGATE_ERR_NEGATIVE_STRIDE, name, what);
+        if (zg_last_refusal()->dim != d)
+          problem("%s, %s: the refusal records dim %d", op_names[op], what, zg_last_refusal()->dim);
         fx_free(&f);
 
         fx_init(&f);

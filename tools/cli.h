@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include <zgate.h>
+#include <zgate_cases.h>
 
 /* Exit codes of every subcommand: 1 when a check failed or zgate returned an error, 2 for
  * bad options or an output path that cannot be written (nothing is run), 3 when something
@@ -38,16 +39,15 @@ const char *cli_dtype_name(DLDataType t);
  * z=f32 ..."), the forward o, z and its output ("o=bf16 z=f32 out=f16"). */
 void cli_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n);
 
-/* Layouts of the test and benchmark tensors. */
+/* Layouts of the test and benchmark tensors: cases.def's, each a view per tensor. */
 typedef enum cli_layout {
-  CLI_DENSE = 0,    /* every tensor compact row-major */
-  CLI_ZVIEW = 1,    /* z a view into an input projection (row stride 2*H*D + 32, offset H*D) */
-  CLI_PERMUTED = 2, /* every tensor in another memory order, some rows padded, z's headdim
-                       strided: the general stride path */
-  CLI_INPLACE = 3,  /* dense, dout_scaled written over dout */
-  CLI_NLAYOUTS = 4
+  CLI_DENSE = ZGATE_CASE_LAYOUT_dense,
+  CLI_ZVIEW = ZGATE_CASE_LAYOUT_zview,
+  CLI_PERMUTED = ZGATE_CASE_LAYOUT_permuted,
+  CLI_INPLACE = ZGATE_CASE_LAYOUT_inplace,
+  CLI_NLAYOUTS = ZGATE_CASE_NLAYOUTS
 } cli_layout;
-extern const char *const cli_layout_names[CLI_NLAYOUTS];
+#define cli_layout_names zgate_case_layout_names
 extern const char *const cli_layout_about[CLI_NLAYOUTS]; /* what each name means, in words */
 
 /* ---- options -------------------------------------------------------------------------- */
@@ -147,7 +147,8 @@ double cli_buf_get(const cli_buf *b, const int64_t idx[4]);
 void cli_buf_set(cli_buf *b, const int64_t idx[4], double v);
 void cli_buf_poison(cli_buf *b);
 int cli_buf_take_snapshot(cli_buf *b); /* 0, or -1 when out of memory */
-/* Elements outside the view whose bytes changed since the snapshot. */
+/* Elements outside the view whose bytes changed since the snapshot; -1 when it cannot look
+ * (no snapshot, or out of memory): never a pass. */
 int64_t cli_buf_outside_writes(const cli_buf *b);
 int64_t cli_numel(const int64_t shape[4]);
 /* The backward (dout, z, o -> dz, dos) or the forward (o, z -> dz) on the tensors b[0..4],

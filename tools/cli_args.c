@@ -10,7 +10,6 @@
 #include "cli.h"
 
 const char *const cli_tensor_names[CLI_NT] = {"dout", "z", "o", "dz", "dos"};
-const char *const cli_layout_names[CLI_NLAYOUTS] = {"dense", "zview", "permuted", "inplace"};
 const char *const cli_layout_about[CLI_NLAYOUTS] = {
     "every tensor compact row-major",
     "z a strided view into the input projection (rows of 2*H*D+32 elements, z at offset H*D)",

@@ -16,28 +16,13 @@ enum { PLACE_SLACK = 64 };
 
 int64_t cli_numel(const int64_t shape[4]) { return shape[0] * shape[1] * shape[2] * shape[3]; }
 
-/* The memory order of each tensor in the permuted layout, outermost dimension first, and
- * the padding of the innermost one: dout (B, H, L, D+3), padded rows; z (B, L, D, H), headdim
- * strided; o (L, B, H, D); dz (H, D, B, L), every dimension strided; dos (B, H, L, D+1). */
-static const int permuted[CLI_NT][5] = {{0, 2, 1, 3, 3}, {0, 1, 3, 2, 0}, {1, 0, 2, 3, 0}, {2, 3, 0, 1, 0},
-                                        {0, 2, 1, 3, 1}};
-
-/* The strides of tensor `which` in `layout`, its first element (after the front guard), and
- * the elements of the whole allocation. */
+/* The strides of tensor `which` in `layout` (its view in cases.def), its first element
+ * (after the front guard), and the elements of the whole allocation. */
 static int64_t layout_slots(int which, cli_layout layout, const int64_t sh[4], int64_t st[4], int64_t *offset) {
-  static const int dense[5] = {0, 1, 2, 3, 0};
-  const int *order = layout == CLI_PERMUTED ? permuted[which] : dense;
-  int64_t s = 1, span = 1;
-  for (int k = 3; k >= 0; k--) st[order[k]] = s, s *= sh[order[k]] + (k == 3 ? order[4] : 0);
-  *offset = GUARD_FRONT;
-  if (layout == CLI_ZVIEW && which == CLI_Z) {
-    /* z is the second of two H*D-wide streams in a projection row, padded by 32 elements,
-     * like Mamba-3's input projection (d_in_proj ~ 2.1 x nheads*headdim). */
-    st[1] = 2 * sh[2] * sh[3] + 32, st[0] = sh[1] * st[1];
-    *offset += sh[2] * sh[3];
-  }
-  for (int i = 0; i < 4; i++) span += (sh[i] - 1) * st[i];
-  return *offset + (cli_numel(sh) ? span : 0) + GUARD_BACK + PLACE_SLACK;
+  const zgate_case_view *v = &zgate_case_views[zgate_case_layouts[layout].view[which]];
+  int64_t n = zgate_case_strides(v, sh, st, offset);
+  *offset += GUARD_FRONT;
+  return GUARD_FRONT + n + GUARD_BACK + PLACE_SLACK;
 }
 
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype) {
@@ -106,9 +91,8 @@ int cli_buf_take_snapshot(cli_buf *b) {
 }
 
 int64_t cli_buf_outside_writes(const cli_buf *b) {
-  if (!b->snapshot) return 0;
-  unsigned char *inside = calloc((size_t)b->nslots, 1);
-  if (!inside) return 0;
+  unsigned char *inside = b->snapshot ? calloc((size_t)b->nslots, 1) : NULL;
+  if (!inside) return -1;
   int64_t idx[4];
   for (idx[0] = 0; idx[0] < b->shape[0]; idx[0]++)
     for (idx[1] = 0; idx[1] < b->shape[1]; idx[1]++)

@@ -139,8 +139,8 @@ static const int ceiling_tensor[2][5] = {{CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DO
 static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / (r->fwd ? 3 : 5)) + 63) & ~(size_t)63; }
 
 /* The CPU ceiling runs on the operator's own buffers when each holds that many bytes (the
- * memory zgate was just timed on: on a VM, where guest pages land can change a stream's
- * bandwidth by 20%), else on fresh ones (in place; mixed dtypes). */
+ * memory zgate was just timed on: on a VM, where guest pages land changes a stream's
+ * bandwidth), else on fresh ones (in place; mixed dtypes). */
 static int ceiling_on_own_buffers(const bench_result *r) {
   for (int i = 0; i < (r->fwd ? 3 : 5); i++) {
     int t = ceiling_tensor[r->fwd][i];
@@ -221,19 +221,17 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
   if (!t) set_error(r, 0, "out of memory");
   else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device))
     set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
-  for (int i = 0; !r->error[0] && (i < cfg->warmup || i == 0); i++) {
+  /* the warm-up calls (at least one), then on the CPU the timed ones: every status checked */
+  const int warmup = cfg->warmup ? cfg->warmup : 1, calls = warmup + (be->is_cuda ? 0 : reps);
+  for (int i = 0; !r->error[0] && i < calls; i++) {
     double t0 = cli_now();
     int st = call_op(&call);
     if (st == ZGATE_OK && be->is_cuda && cli_cuda_sync(be->device)) st = ZGATE_ERR_CUDA;
     if (i == 0) r->first_s = cli_now() - t0;
+    if (i >= warmup) t[i - warmup] = cli_now() - t0;
     if (st != ZGATE_OK)
       set_error(r, 1, "zgate returned %d (%s): %s", st, zgate_status_str(st),
                 zgate_last_error()[0] ? zgate_last_error() : cli_cuda_last_error());
-  }
-  for (int i = 0; i < reps && !be->is_cuda && !r->error[0]; i++) {
-    double t0 = cli_now();
-    call_op(&call);
-    t[i] = cli_now() - t0;
   }
   if (!r->error[0] && be->is_cuda && cli_cuda_time(be->device, call_op, &call, 0, reps, t))
     set_error(r, 1, "CUDA: %s", cli_cuda_last_error());

@@ -30,6 +30,7 @@
 
 #include "zgate.h"
 #include "zgate_check.h"
+#include "zgate_private.h"
 
 /* DLPack 1.x structures, declared here since the dlpack.h found may be 0.x (same DLTensor). */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -57,8 +58,8 @@ typedef struct {
 } dl_exchange_api;
 
 enum { DL_READ_ONLY = 1, DL_IS_COPIED = 2 };
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_BOOL = 6 };
-enum { DEV_CPU = 1, DEV_CUDA = 2, DEV_CUDA_HOST = 3, DEV_ROCM = 10, DEV_CUDA_MANAGED = 13 };
+/* DLPack 0.8's kDLBool, which an older dlpack.h lacks (its other codes are dlpack.h's). */
+enum { DL_BOOL = 6 };
 #define MAX_NDIM ZGATE_MAX_NDIM
 
 enum { M_EXCHANGE, M_BUFFER, M_CAI, M_DLPACK, M_FALLBACK }; /* as zgate._kinds numbers them */
@@ -97,20 +98,36 @@ static PyObject *fail(int status, const char *fmt, ...) {
   return NULL;
 }
 
-/* The library's error for status st, a dtype it refuses ("dtype (code 0, bits 32)") in words. */
-static PyObject *library_error(int st) {
+/* A DLPack dtype in the words of NumPy and PyTorch ("int32", "bool"); NULL for a code
+ * they have no word for. */
+static const char *dtype_words(DLDataType d, char *buf, size_t n) {
   static const char *const words[] = {"int", "uint", "float", "opaque", "bfloat", "complex"};
-  const char *detail = zgate_last_error(), *at = strstr(detail, "dtype (code ");
-  unsigned code, bits;
-  char msg[1024], name[16];
-  if (st == ZGATE_ERR_DTYPE && at && sscanf(at, "dtype (code %u, bits %u)", &code, &bits) == 2 &&
-      code <= DL_BOOL) {
-    if (code == DL_BOOL) snprintf(name, sizeof name, "bool");
-    else snprintf(name, sizeof name, "%s%u", words[code], bits);
-    snprintf(msg, sizeof msg, "%.*sdtype %s%s", (int)(at - detail), detail, name, strchr(at, ')') + 1);
-    detail = msg;
-  }
-  return *detail ? fail(st, "%s: %s", zgate_status_str(st), detail) : fail(st, "%s", zgate_status_str(st));
+  if (d.code == DL_BOOL) return "bool";
+  if (d.code > kDLComplex) return NULL;
+  snprintf(buf, n, "%s%u", words[d.code], (unsigned)d.bits);
+  return buf;
+}
+
+/* The library's refusal of a call as zgate.Error(status, message, tensor, dim), read from
+ * the record validation keeps (zgate_private.h); a refused dtype in words. reference: the
+ * call was a reference, which takes float64 too. */
+static PyObject *library_error(int st, int reference) {
+  const zg_refusal *r = zg_last_refusal();
+  const char *detail = zgate_last_error(), *words;
+  char buf[16];
+  PyObject *msg;
+  if (st == ZGATE_ERR_DTYPE && r->tensor && (words = dtype_words(r->dtype, buf, sizeof buf)))
+    msg = PyUnicode_FromFormat("%s: %s: dtype %s is not float32, float16 or bfloat16%s",
+                               zgate_status_str(st), r->tensor, words, reference ? " or float64" : "");
+  else
+    msg = PyUnicode_FromFormat(*detail ? "%s: %s" : "%s%s", zgate_status_str(st), detail);
+  PyObject *dim = r->dim >= 0 ? PyLong_FromLong(r->dim) : Py_NewRef(Py_None);
+  PyObject *args = msg && dim ? Py_BuildValue("(iOzO)", st, msg, r->tensor, dim) : NULL;
+  if (args) PyErr_SetObject(Error, args);
+  Py_XDECREF(args);
+  Py_XDECREF(msg);
+  Py_XDECREF(dim);
+  return NULL;
 }
 
 /* ---- kinds ------------------------------------------------------------------------------ */
@@ -164,13 +181,13 @@ static Kind *kind_of(PyObject *x) {
   return last_kind = PyCapsule_GetPointer(cap, "zgate.kind");
 }
 
-static int is_cuda_like(int dev) { return dev == DEV_CUDA || dev == DEV_ROCM || dev == DEV_CUDA_MANAGED; }
+static int is_cuda_like(int dev) { return dev == kDLCUDA || dev == kDLROCM || dev == kDLCUDAManaged; }
 
 /* The call's stream from kind k's framework, for its array on CUDA device `id`. */
 static int kind_stream(Kind *k, int id, Call *c) {
   c->stream = NULL;
   c->stream_known = 1;
-  if (k->mode == M_EXCHANGE) return k->api->current_stream(DEV_CUDA, id, &c->stream) ? -1 : 0;
+  if (k->mode == M_EXCHANGE) return k->api->current_stream(kDLCUDA, id, &c->stream) ? -1 : 0;
   if (k->stream == Py_None) return 0; /* the legacy default stream */
   PyObject *i = PyLong_FromLong(id);
   PyObject *r = i ? PyObject_CallOneArg(k->stream, i) : NULL;
@@ -232,10 +249,10 @@ static int too_many_dims(const char *name, int ndim) {
 static DLDataType buffer_dtype(const char *f, Py_ssize_t itemsize) {
   if (*f == '@' || *f == '=' || *f == '<') f++; /* native order: the hosts zgate builds for */
   int code = 3;
-  if (f[0] == 'Z' && f[1] && !f[2]) code = DL_COMPLEX;
-  else if (f[0] && !f[1] && strchr("efd", f[0])) code = DL_FLOAT;
-  else if (f[0] && !f[1] && strchr("bhilqn", f[0])) code = DL_INT;
-  else if (f[0] && !f[1] && strchr("BHILQN", f[0])) code = DL_UINT;
+  if (f[0] == 'Z' && f[1] && !f[2]) code = kDLComplex;
+  else if (f[0] && !f[1] && strchr("efd", f[0])) code = kDLFloat;
+  else if (f[0] && !f[1] && strchr("bhilqn", f[0])) code = kDLInt;
+  else if (f[0] && !f[1] && strchr("BHILQN", f[0])) code = kDLUInt;
   else if (f[0] == '?' && !f[1]) code = DL_BOOL;
   return (DLDataType){(uint8_t)code, (uint8_t)(itemsize * 8), 1};
 }
@@ -279,7 +296,7 @@ static int view_buffer(View *v, Kind *k, PyObject *x, const char *name, int outp
     return fail(ZGATE_ERR_DTYPE, "%s has byte-swapped dtype (format '%s')", name, b->format), -1;
   if (bf16 == 2 && !bf16_dtype && !(bf16_dtype = PyObject_GetAttr(x, s_dtype))) PyErr_Clear();
   if (too_many_dims(name, b->ndim)) return -1;
-  v->t.dtype = bf16 ? (DLDataType){DL_BFLOAT, 16, 1} : buffer_dtype(b->format, b->itemsize);
+  v->t.dtype = bf16 ? (DLDataType){kDLBfloat, 16, 1} : buffer_dtype(b->format, b->itemsize);
   v->t.data = b->buf;
   v->t.device.device_type = kDLCPU;
   for (int i = 0; i < b->ndim; i++) {
@@ -371,7 +388,7 @@ static int view_exchange(View *v, Kind *k, PyObject *x, Call *c) {
 /* A typestr ("<f4", "|b1"...) as a DLPack dtype; -1 where it names none: byte-swapped, or a
  * kind without a DLPack code ('V' raw bytes: bfloat16 has no typestr of its own). */
 static int cai_dtype(PyObject *ts, DLDataType *d) {
-  static const char kinds_[] = "iufcb", codes[] = {DL_INT, DL_UINT, DL_FLOAT, DL_COMPLEX, DL_BOOL};
+  static const char kinds_[] = "iufcb", codes[] = {kDLInt, kDLUInt, kDLFloat, kDLComplex, DL_BOOL};
   const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
   if (!s) return PyErr_Clear(), -1;
   if (!strchr("<|=", s[0]) || !s[0] || !s[1] || !strchr(kinds_, s[1])) return -1;
@@ -588,9 +605,6 @@ static PyObject *to_fallback(Kind *k, const char *op, PyObject *const *a, Py_ssi
 
 /* ---- the calls ----------------------------------------------------------------------------- */
 
-enum { OP_BWD, OP_FWD, OP_REF_BWD, OP_REF_FWD };
-static const char *const kOpName[] = {"bwd", "fwd", "reference_bwd", "reference_fwd"};
-static const char *const kNames[2][5] = {{"dout", "z", "o", "dz", "dout_scaled"}, {"o", "z", "out"}};
 static PyObject *reference_like; /* zgate._kinds.reference_like(shape): a float64 NumPy array */
 
 static PyObject *shape_of(const DLTensor *t) {
@@ -603,31 +617,32 @@ static PyObject *shape_of(const DLTensor *t) {
   return s;
 }
 
-/* One call: op on the inputs a[0..nin) into the outputs a[nin..nin+nout) (None: new).
- * inplace (bwd): dout is dout_scaled. n: the count of a (the call's own, for a fallback). */
-static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout, int inplace,
-                     int threads) {
-  const int bwd = op == OP_BWD || op == OP_REF_BWD, ref = op >= OP_REF_BWD, nt = nin + nout;
-  const char *const *names = kNames[!bwd];
-  View v[5];
-  PyObject *obj[5] = {NULL, NULL, NULL, NULL, NULL}; /* the arrays, outputs as new references */
-  int given[5] = {0, 0, 0, 0, 0}, viewed = 0, st = ZGATE_OK;
+/* One call of op (zg_ops[op], its reference where ref): the inputs a[0..n_in) into the
+ * outputs a[n_in..n_in+n_out) (None: new). inplace (bwd): dout is dout_scaled. n: the count
+ * of a (the call's own, for a fallback). */
+static PyObject *run(zg_op op, int ref, PyObject *const *a, Py_ssize_t n, int inplace, int threads) {
+  const zg_op_desc *desc = &zg_ops[op];
+  const int bwd = op == ZG_OP_BWD, nin = desc->n_in, nt = nin + desc->n_out;
+  const char *const *names = desc->tensors;
+  View v[ZG_MAX_TENSORS];
+  PyObject *obj[ZG_MAX_TENSORS] = {NULL}; /* the arrays, outputs as new references */
+  int given[ZG_MAX_TENSORS] = {0}, viewed = 0, st = ZGATE_OK;
   PyObject *result = NULL;
   Call c = {NULL, 0, -1};
   Kind *k0 = kind_of(a[0]);
   if (!k0) return NULL;
-  if (k0->mode == M_FALLBACK && !ref) return to_fallback(k0, kOpName[op], a, n);
+  if (k0->mode == M_FALLBACK && !ref) return to_fallback(k0, desc->name, a, n);
   for (int i = 0; i < nin; i++) obj[i] = a[i];
   for (; viewed < nin; viewed++) {
     int bad = view_of(&v[viewed], a[viewed], names[viewed], viewed == 0 && inplace, &c), d;
     if (viewed == 0 && !ref && k0->fallback != Py_None &&
-        (bad || ((d = (int)v[0].t.device.device_type) != DEV_CPU && d != DEV_CUDA &&
-                 d != DEV_CUDA_HOST && d != DEV_CUDA_MANAGED))) {
+        (bad || ((d = (int)v[0].t.device.device_type) != kDLCPU && d != kDLCUDA &&
+                 d != kDLCUDAHost && d != kDLCUDAManaged))) {
       /* a device the producer cannot describe or the library does not serve (an NPU): the
        * fallback's turn; where it declines (NotImplemented), the call goes on to its error */
       PyObject *et, *ev, *tb;
       PyErr_Fetch(&et, &ev, &tb);
-      result = to_fallback(k0, kOpName[op], a, n);
+      result = to_fallback(k0, desc->name, a, n);
       if (result == Py_NotImplemented) {
         Py_CLEAR(result);
         PyErr_Restore(et, ev, tb);
@@ -660,17 +675,14 @@ static PyObject *run(int op, PyObject *const *a, Py_ssize_t n, int nin, int nout
   o.cuda_stream = c.stream;
   DLTensor *t4 = inplace ? &v[0].t : &v[4].t;
   Py_BEGIN_ALLOW_THREADS
-  switch (op) {
-  case OP_BWD: st = zgate_bwd(&v[0].t, &v[1].t, &v[2].t, &v[3].t, t4, &o); break;
-  case OP_FWD: st = zgate_fwd(&v[0].t, &v[1].t, &v[2].t, &o); break;
-  case OP_REF_BWD: st = zgate_bwd_reference(&v[0].t, &v[1].t, &v[2].t, &v[3].t, t4); break;
-  default: st = zgate_fwd_reference(&v[0].t, &v[1].t, &v[2].t); break;
-  }
+  if (bwd) st = ref ? zgate_bwd_reference(&v[0].t, &v[1].t, &v[2].t, &v[3].t, t4)
+                    : zgate_bwd(&v[0].t, &v[1].t, &v[2].t, &v[3].t, t4, &o);
+  else st = ref ? zgate_fwd_reference(&v[0].t, &v[1].t, &v[2].t) : zgate_fwd(&v[0].t, &v[1].t, &v[2].t, &o);
   Py_END_ALLOW_THREADS
   for (int i = 0; i < viewed; i++) release(&v[i]);
   viewed = 0;
   if (st != ZGATE_OK) {
-    library_error(st);
+    library_error(st, ref);
     goto done;
   }
   if (inplace && report_written(a[0])) goto done;
@@ -697,7 +709,7 @@ static PyObject *py_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return NULL;
   if (inplace && a[4] != Py_None && a[4] != a[0])
     return fail(-1, "inplace=True writes dout_scaled into dout; do not pass dout_scaled as well");
-  return run(OP_BWD, a, n, 3, 2, inplace, threads);
+  return run(ZG_OP_BWD, 0, a, n, inplace, threads);
 }
 
 /* fwd(o, z, out, num_threads) -> out */
@@ -705,18 +717,18 @@ static PyObject *py_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   int threads;
   if (!nargs_is("fwd", n, 4) || threads_of(a[3], &threads)) return NULL;
-  return run(OP_FWD, a, n, 2, 1, 0, threads);
+  return run(ZG_OP_FWD, 0, a, n, 0, threads);
 }
 
 /* reference_bwd(dout, z, o, dz, dout_scaled) -> (dz, dout_scaled); new outputs float64 NumPy */
 static PyObject *py_reference_bwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  return nargs_is("reference_bwd", n, 5) ? run(OP_REF_BWD, a, n, 3, 2, a[4] == a[0], 0) : NULL;
+  return nargs_is("reference_bwd", n, 5) ? run(ZG_OP_BWD, 1, a, n, a[4] == a[0], 0) : NULL;
 }
 
 static PyObject *py_reference_fwd(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
-  return nargs_is("reference_fwd", n, 3) ? run(OP_REF_FWD, a, n, 2, 1, 0, 0) : NULL;
+  return nargs_is("reference_fwd", n, 3) ? run(ZG_OP_FWD, 1, a, n, 0, 0) : NULL;
 }
 
 /* check_tensor(quantity, got, ref, dout, z, o) -> dict: zgate_check_tensor's statistics of

@@ -11,6 +11,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "zgate.h"
+#include "zgate_private.h"
 
 #ifdef ZGATE_JAX_CUDA
 #include <cuda_runtime_api.h>
@@ -24,8 +25,6 @@ namespace ffi = xla::ffi;
 #define ZGATE_JAX_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
-
-const char *const kNames[2][5] = {{"o", "z", "out"}, {"dout", "z", "o", "dz", "dout_scaled"}};
 
 // zgate_bwd on t = (dout, z, o, dz, dout_scaled) or zgate_fwd on t = (o, z, out).
 int call(bool is_bwd, DLTensor *t, int32_t num_threads, void *stream) {
@@ -59,21 +58,22 @@ ffi::Error view(const char *name, const ffi::AnyBuffer &b, DLDevice dev, DLTenso
 ffi::Error gate(DLDevice dev, void *stream, int32_t num_threads, ffi::RemainingArgs args,
                 ffi::RemainingRets rets) {
   const size_t n_in = args.size();
-  const bool is_bwd = n_in == 3;
-  if (rets.size() != (is_bwd ? 2u : 1u) || (!is_bwd && n_in != 2))
+  const bool is_bwd = n_in == size_t(zg_ops[ZG_OP_BWD].n_in);
+  const zg_op_desc &op = zg_ops[is_bwd ? ZG_OP_BWD : ZG_OP_FWD];
+  if (n_in != size_t(op.n_in) || rets.size() != size_t(op.n_out))
     return ffi::Error::InvalidArgument("zgate: a call takes (dout, z, o) -> (dz, dout_scaled) "
                                        "or (o, z) -> out");
-  DLTensor t[5];
+  DLTensor t[ZG_MAX_TENSORS];
   for (size_t i = 0; i < n_in; i++) {
     ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(i);
     if (b.has_error()) return b.error();
-    ffi::Error e = view(kNames[is_bwd][i], *b, dev, &t[i]);
+    ffi::Error e = view(op.tensors[i], *b, dev, &t[i]);
     if (e.failure()) return e;
   }
   for (size_t i = 0; i < rets.size(); i++) {
     ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> b = rets.get<ffi::AnyBuffer>(i);
     if (b.has_error()) return b.error();
-    ffi::Error e = view(kNames[is_bwd][n_in + i], **b, dev, &t[n_in + i]);
+    ffi::Error e = view(op.tensors[n_in + i], **b, dev, &t[n_in + i]);
     if (e.failure()) return e;
   }
   int st = call(is_bwd, t, num_threads, stream);
@@ -145,8 +145,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(zgate_jax_cuda, gate_cuda,
 // ZGATE_OK or ZGATE_ERR_NULL_DATA where the call is valid (nothing is read or written either
 // way), or the status that refuses it, zgate_last_error() then naming the tensor and dimension.
 ZGATE_JAX_EXPORT int zgate_jax_validate(int is_bwd, int64_t *desc, int32_t num_threads) {
-  DLTensor t[5];
-  for (int i = 0; i < (is_bwd ? 5 : 3); desc += 3 + desc[0], i++)
+  DLTensor t[ZG_MAX_TENSORS];
+  const zg_op_desc &op = zg_ops[is_bwd ? ZG_OP_BWD : ZG_OP_FWD];
+  for (int i = 0; i < op.n_in + op.n_out; desc += 3 + desc[0], i++)
     t[i] = DLTensor{nullptr, DLDevice{kDLCPU, 0}, int32_t(desc[0]),
                     DLDataType{uint8_t(desc[1]), uint8_t(desc[2]), 1}, desc + 3, nullptr, 0};
   return call(is_bwd, t, num_threads, nullptr);

@@ -32,9 +32,11 @@ class Status(enum.IntEnum):
 class Error(ValueError):
     """A zgate call failed. ``status`` is the C status code (a Status, or None for errors found
     by the binding before reaching the library), ``status_name`` its C name (e.g.
-    "ZGATE_ERR_SHAPE_MISMATCH") and ``message`` the library's message for this call."""
+    "ZGATE_ERR_SHAPE_MISMATCH"), ``message`` the library's message for this call, and
+    ``tensor`` ("dout", "z", ...) and ``dim`` (the caller's dimension) what the library's
+    refusal names, None where it names none."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, tensor=None, dim=None):
         try:
             status = Status(status) if status is not None else None
         except ValueError:
@@ -43,8 +45,9 @@ class Error(ValueError):
         self.status_name = ("ZGATE_" + status.name) if isinstance(status, Status) else (
             "unknown status %r" % (status,) if status is not None else "ZGATE_PYTHON")
         self.message = message
+        self.tensor, self.dim = tensor, dim
         code = "" if status is None else " (%d)" % int(status)
         super().__init__("%s%s: %s" % (self.status_name, code, message))
 
     def __reduce__(self):
-        return (type(self), (self.status, self.message))
+        return (type(self), (self.status, self.message, self.tensor, self.dim))

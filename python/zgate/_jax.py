@@ -37,6 +37,7 @@ def _load():
                     "built where jax imports: pip install --no-build-isolation ." % _LIB)
     lib = ctypes.CDLL(_LIB)
     lib.zgate_last_error.restype = ctypes.c_char_p
+    lib.zg_last_refusal.restype = ctypes.POINTER(_Refusal)
     for p in ["cpu"] + (["CUDA"] if hasattr(lib, "zgate_jax_cuda") else []):
         jax.ffi.register_ffi_target("zgate", _capsule(getattr(lib, "zgate_jax_" + p.lower())),
                                     platform=p)
@@ -59,7 +60,13 @@ def _validate(lib, arrays, num_threads):
     st = lib.zgate_jax_validate(int(len(arrays) == 5), (ctypes.c_int64 * len(desc))(*desc),
                                 num_threads)
     if st not in (Status.OK, Status.ERR_NULL_DATA):
-        raise Error(st, lib.zgate_last_error().decode())
+        r = lib.zg_last_refusal().contents    # what the refusal names (src/zgate_private.h)
+        raise Error(st, lib.zgate_last_error().decode(),
+                    r.tensor.decode() if r.tensor else None, r.dim if r.dim >= 0 else None)
+
+
+class _Refusal(ctypes.Structure):
+    _fields_ = [("tensor", ctypes.c_char_p), ("dim", ctypes.c_int), ("dtype", ctypes.c_uint32)]
 
 
 def _threads(n):

@@ -222,15 +222,13 @@ def import_upstream_dzdo(path=None):
     return import_mamba_module(DEFINING_MODULE, skip_package_init=True)
 
 
-def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replacement=None):
-    """Put `replacement` (zgate.torch.compute_dzdo by default) wherever mamba_ssm looks
-    compute_dzdo up.
+def install(replacement, module=DEFINING_MODULE, skip_package_init=False):
+    """Put `replacement` wherever mamba_ssm looks compute_dzdo up (zgate.torch.use_in_mamba_ssm
+    is the public entry; this module imports nothing of zgate's).
 
     module: the defining module, imported (a module object) or by name.
     Returns a MambaPatch (a context manager too). Raises ImportError, naming what to install,
     when mamba_ssm or the function is missing."""
-    if replacement is None:
-        from .torch import compute_dzdo as replacement
     if isinstance(module, str):
         module = import_mamba_module(module, skip_package_init)
     if module.__name__ not in _installed and not callable(getattr(module, NAME, None)):
@@ -254,5 +252,5 @@ def use_in_mamba_ssm(module=DEFINING_MODULE, *, skip_package_init=False, replace
                       "imports it by name, which upstream's mamba3_siso_combined does. Check that "
                       "this version of %s calls it (MambaPatch.calls counts the calls that reach "
                       "the replacement)." % (NAME, ", ".join(replaced) or module.__name__,
-                                             inst.root, inst.root), stacklevel=3)
+                                             inst.root, inst.root), stacklevel=4)
     return handle

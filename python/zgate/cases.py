@@ -15,13 +15,12 @@ try:
 except ImportError:  # bfloat16 cases then cannot run
     BF16 = None
 
-PROJ_EXTRA = 160        # a Z view's projection row is H*D + this many elements wider
 QUANTITY = {"dz": 0, "dout_scaled": 1, "out": 2}    # zgate_check_quantity
 F32_ULPS = 4            # the policy's float32 bound, in ulps of the scale (zgate_check.h)
 # zgate.triton's float32 bound: plain float32 math with the platform's exp (no
 # error-compensated sigmoid as in the C library). Upstream Triton's exp on NVIDIA GPUs is
-# ex2.approx of x*log2(e), whose error grows with |z|: 27.5 ulp was the worst seen on the
-# H200 over the case list (|z| up to 200).
+# ex2.approx of x*log2(e), whose error grows with |z| (the case list's |z| reaches 200; the
+# worst seen is in docs/performance.md).
 TRITON_F32_ULPS = 64
 GOLDEN_F32_ULPS = 8192  # 2^13 ulp of the scale: between 0.05% and 0.1% of it
 
@@ -31,25 +30,55 @@ class Case(NamedTuple):
     op: str                       # "bwd" or "fwd"
     shape: Tuple[int, int, int, int]
     dtypes: Tuple[str, ...]       # bwd (dout, z, o, dz, dos); fwd (o, z, out)
-    layout: str = "dense"         # "dense", "zview" (Z a view into a projection), "permuted"
-                                  # (cases.def's in-place layout is dense with inplace=True)
+    layout: str = "dense"         # a ZG_LAYOUT of cases.def: each tensor's view
     inplace: bool = False
 
 
 _DT = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
+class View(NamedTuple):
+    """How one tensor lies in its buffer (cases.def's ZG_VIEW)."""
+    order: Tuple[int, int, int, int]    # dims in memory order, outermost first
+    inner: int                          # the innermost dims that form a block (0: none)
+    scale: int                          # the next dim out steps scale * block + extra
+    extra: int
+    offset: int                         # the first element, in blocks
+
+
 def _read_case_file():
-    """(shapes [(shape, set)], dtypes [(name, 5 dtypes)], layouts [name]) of check/cases.def,
-    installed beside this module."""
+    """(shapes [(shape, set)], dtypes [(name, 5 dtypes)], layouts {name: (inplace, 5 Views)})
+    of check/cases.def, installed beside this module."""
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.def")).read()
     shapes = [(tuple(int(v) for v in m[:4]), m[4]) for m in
               re.findall(r"^ZG_SHAPE\((\d+), (\d+), (\d+), (\d+), (\w+)\)", text, re.M)]
     dtypes = [(m[0], tuple(_DT[t] for t in m[1:])) for m in
               re.findall(r"^ZG_DTYPES\(([\w-]+), (\w+), (\w+), (\w+), (\w+), (\w+)\)", text,
                          re.M)]
-    layouts = re.findall(r"^ZG_LAYOUT\((\w+)\)", text, re.M)
+    views = {m[0]: View(tuple(int(v) for v in m[1:5]), *(int(v) for v in m[5:])) for m in
+             re.findall(r"^ZG_VIEW\((\w+)" + r", (\d+)" * 8 + r"\)", text, re.M)}
+    layouts = {m[0]: (m[1] == "1", tuple(views[v] for v in m[2:])) for m in
+               re.findall(r"^ZG_LAYOUT\((\w+), ([01])" + r", (\w+)" * 5 + r"\)", text, re.M)}
     return shapes, dtypes, layouts
+
+
+def view_strides(view, shape):
+    """(element strides, offset of the first element, elements of the buffer) of `view` over
+    a 4-D `shape`: cases.def's rule, as zgate_case_strides in check/zgate_cases.h."""
+    strides, step, block = [0] * 4, 1, 1
+    for k in range(3, -1, -1):
+        d = view.order[k]
+        strides[d] = step
+        step *= shape[d]
+        if 4 - k == view.inner:
+            block, step = step, view.scale * step + view.extra
+    offset = view.offset * block
+    return tuple(strides), offset, (offset + step if all(shape) else 0)
+
+
+def layout_views(name):
+    """(inplace, the five backward tensors' Views) of a cases.def layout."""
+    return _read_case_file()[2][name]
 
 
 def real_shapes():
@@ -65,6 +94,8 @@ def cases(quick=False):
     quick (the Triton interpreter, CI): the QUICK shapes, each dtype combination once, the
     layouts taken in turn."""
     shapes, dtypes, layouts = _read_case_file()
+    inplace_layouts = {name for name, (inplace, _) in layouts.items() if inplace}
+    layouts = list(layouts)
     out = []
     for si, (shape, group) in enumerate(shapes):
         if group == "REAL":
@@ -80,10 +111,9 @@ def cases(quick=False):
             todo = [(d, lay) for d in dtypes for lay in layouts]
         tag = "x".join(map(str, shape))
         for (dname, dt), lay in todo:
-            inplace = lay == "inplace"
+            inplace = lay in inplace_layouts
             bdt = dt[:4] + (dt[0],) if inplace else dt
-            out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt,
-                            "dense" if inplace else lay, inplace))
+            out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt, lay, inplace))
             if not inplace:
                 out.append(Case("fwd %s %s %s" % (tag, dname, lay), "fwd", shape,
                                 (dt[2], dt[1], dt[3]), lay))
@@ -115,24 +145,26 @@ def random_inputs(rng, shape, dtype=np.float32):
     return tuple(np.asarray(a.reshape(shape)).astype(dtype) for a in (dout, z, o))
 
 
+def in_view(a, view):
+    """a's values in `view` (cases.def): an array over a zeroed buffer of its own, which is
+    its base (the view's padding and offset in it)."""
+    strides, offset, n = view_strides(view, a.shape)
+    buf = np.zeros(max(n, 1), a.dtype)      # no elements: one, and the view at its start
+    v = np.ndarray(a.shape, a.dtype, buffer=buf, offset=offset * a.itemsize if n else 0,
+                   strides=tuple(s * a.itemsize for s in strides))
+    v[...] = a
+    return v
+
+
 def inputs(case, seed):
-    """The case's inputs as NumPy arrays (Z possibly a view into a wider buffer), from a
+    """The case's inputs as NumPy arrays, each in its view of the case's layout, from a
     generator seeded by (seed, case name): the same on every machine."""
     rng = np.random.default_rng([seed] + list(case.name.encode()))
     dout, z, o = random_inputs(rng, case.shape)
-    arrays = [dout, z, o] if case.op == "bwd" else [o, z]
-    out = []
-    b, l, h, d = case.shape
-    for i, (a, dt) in enumerate(zip(arrays, case.dtypes)):
-        a = a.astype(np_dtype(dt))
-        if case.layout == "zview" and i == 1:
-            buf = np.zeros((b, l, h * d + PROJ_EXTRA), a.dtype)
-            buf[:, :, PROJ_EXTRA // 2:PROJ_EXTRA // 2 + h * d] = a.reshape(b, l, h * d)
-            a = buf[:, :, PROJ_EXTRA // 2:PROJ_EXTRA // 2 + h * d].reshape(b, l, h, d)
-        elif case.layout == "permuted":
-            a = np.ascontiguousarray(a.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-        out.append(a)
-    return out
+    views = layout_views(case.layout)[1]
+    arrays, slots = ([dout, z, o], (0, 1, 2)) if case.op == "bwd" else ([o, z], (2, 1))
+    return [in_view(a.astype(np_dtype(dt)), views[k])
+            for a, dt, k in zip(arrays, case.dtypes, slots)]
 
 
 # --- judging: zgate_check_tensor, the one implementation of the policy -----------------------
@@ -149,10 +181,10 @@ def judge(quantity, got, ref, dout, z, o, f32_ulps=F32_ULPS):
     if k < 1 or k * F32_ULPS != f32_ulps or k & (k - 1):
         raise ValueError("f32_ulps %r is not 4 times a power of two" % f32_ulps)
     q = QUANTITY[quantity]
-    if k > 1 and q == QUANTITY["out"]:
-        o = np.asarray(o, np.float64) * k
+    if k > 1 and q == QUANTITY["out"]:      # an array also at rank 0 (not a NumPy scalar)
+        o = np.asarray(np.asarray(o, np.float64) * k)
     elif k > 1:
-        dout = np.asarray(dout, np.float64) * k
+        dout = np.asarray(np.asarray(dout, np.float64) * k)
     st = _binding.check_tensor(q, got, ref, dout, z, o)
     st["ulps"] = st["max_err_units"] * (k if got.dtype == np.float32 else 1)
     st["ok"] = st["failures"] == 0

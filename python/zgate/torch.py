@@ -17,7 +17,8 @@ import torch
 import zgate as _zgate
 from . import _binding
 from ._errors import Error, Status
-from ._mamba import MambaPatch, use_in_mamba_ssm
+from . import _mamba
+from ._mamba import MambaPatch
 
 __all__ = ["silu_gate", "compute_dzdo", "fwd", "bwd", "fwd_out", "bwd_out", "bwd_inplace",
            "use_in_mamba_ssm", "MambaPatch"]
@@ -63,12 +64,9 @@ fwd.register_autograd(_fwd_backward,
 def silu_gate(o, z):
     """out = o * silu(z) = o * z * sigmoid(z), differentiable in o and z.
 
-    Any shape with up to 4 dimensions (more are flattened into the first); o and z have the
-    same shape; the result has o's dtype. Its backward is zgate_bwd."""
-    if o.dim() <= 4:
-        return torch.ops.zgate.fwd(o, z)
-    o4, z4 = (t.reshape((-1,) + tuple(t.shape[-3:])) for t in (o, z))
-    return torch.ops.zgate.fwd(o4, z4).reshape(o.shape)
+    o and z have one shape of rank 0..8 (zgate.Error beyond, as zgate.fwd); the result has
+    o's dtype. Its backward is zgate_bwd."""
+    return torch.ops.zgate.fwd(o, z)
 
 
 def compute_dzdo(do, z, o, chunk_size=64):
@@ -87,6 +85,18 @@ def compute_dzdo(do, z, o, chunk_size=64):
     # zgate.bwd: traced or on a DTensor, through bwd_out on detached tensors, as in eager
     # mode (these results carry no autograd history)
     return _zgate.bwd(do, z, o, dz=torch.empty_like(z), dout_scaled=_new_like(do))
+
+
+def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False, replacement=None):
+    """Put `replacement` (compute_dzdo above by default) wherever an installed mamba_ssm looks
+    compute_dzdo up: its definition and every module that imported it by name.
+
+    module: the defining module, imported (a module object) or by name; skip_package_init:
+    import it without running mamba_ssm/__init__.py. Returns a MambaPatch (a context manager
+    too; undo() restores upstream's). Raises ImportError, naming what to install, when
+    mamba_ssm or the function is missing."""
+    return _mamba.install(compute_dzdo if replacement is None else replacement, module,
+                          skip_package_init)
 
 
 # --- out-variants: the given tensors written in place ------------------------------------
@@ -154,7 +164,7 @@ for _name, _names, _n_out, _new in (
 
 # torch.ops.zgate.bwd / fwd on CPU and CUDA tensors: the same functions registered for those
 # dispatch keys, which are chosen before custom_op's CompositeExplicitAutograd kernel and skip
-# its Python wrappers (about 1.4 us a call on a 2-core CPU). Other devices, autograd and the
+# its Python wrappers (their cost per call: docs/performance.md). Other devices, autograd and the
 # fake keep custom_op's. The registrations last as long as the Library object.
 _device_kernels = torch.library.Library("zgate", "IMPL")
 for _key in ("CPU", "CUDA"):

@@ -20,9 +20,8 @@ extern "C" {
 namespace zgcu {
 namespace {
 
-/* The widest item (elements) the host picks: 16-byte accesses. All-float32 problems stop at
- * 4 (8, two 16-byte accesses a tensor, measured no faster on the H200); with any 2-byte
- * tensor 8 elements give it 16-byte accesses. */
+/* The widest item (elements) the host picks: one 16-byte access a tensor, 4 elements when
+ * all are float32, 8 with any 2-byte tensor. */
 constexpr int kMaxVecF32 = 4, kMaxVec16 = 8;
 
 int fail_cuda(const char *what, cudaError_t e) {
@@ -34,19 +33,19 @@ int fail_cuda(const char *what, cudaError_t e) {
  * ANY layout only). */
 const void *kernel_of(int op, int nt, const Args &a, int v, int layout) {
   using Table = const void *(*)(int v, int layout);
-  constexpr Table tables[2][4] = {/* bwd, fwd by DT_F32, DT_F16, DT_BF16, DT_MIXED */
+  constexpr Table tables[ZG_NOPS][4] = {/* by zg_op, then ZG_F32, ZG_F16, ZG_BF16, ZG_KIND_MIXED */
                                   {kernels_bwd_f32, kernels_bwd_f16, kernels_bwd_bf16, kernels_bwd_mixed},
                                   {kernels_fwd_f32, kernels_fwd_f16, kernels_fwd_bf16, kernels_fwd_mixed}};
   int kind = a.dtype[0];
   for (int t = 1; t < nt; t++)
-    if (a.dtype[t] != kind) kind = DT_MIXED;
-  return tables[op == ZG_OP_BWD ? 0 : 1][kind](v, kind == DT_MIXED ? L_ANY : layout);
+    if (a.dtype[t] != kind) kind = ZG_KIND_MIXED;
+  return tables[op][kind](v, kind == ZG_KIND_MIXED ? L_ANY : layout);
 }
 
 int launch(const void *kernel, const Args &a, cudaStream_t stream) {
   /* Covering grid: one block per tile (capped at the grid limit; the grid-stride loop does
    * any rest). */
-  const int64_t tile = (int64_t)kUnroll * kThreads;
+  const int64_t tile = kThreads;
   int64_t blocks = (a.items + tile - 1) / tile;
   if (blocks > 0x7fffffff) blocks = 0x7fffffff;
   if (blocks < 1) blocks = 1; /* the tail alone still needs block 0 */
@@ -59,7 +58,7 @@ int launch(const void *kernel, const Args &a, cudaStream_t stream) {
 
 int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
   const int nt = p->n_in + p->n_out;
-  if (nt > MAX_T || (p->op == ZG_OP_BWD && nt != 5) || (p->op == ZG_OP_FWD && nt != 3))
+  if (nt > MAX_T || nt != zg_ops[p->op].n_in + zg_ops[p->op].n_out)
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: unexpected operand count %d", nt);
   Args a = {};
   int esize[MAX_T] = {0};
@@ -77,10 +76,10 @@ int run_on_current_device(const zg_problem *p, cudaStream_t stream) {
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: %d dims", p->ndim);
   plan_dims(nt, p->ndim, p->shape, strides, a);
   bool all_f32 = true;
-  for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == DT_F32;
+  for (int t = 0; t < nt; t++) all_f32 = all_f32 && a.dtype[t] == ZG_F32;
   int v = plan_vector_width(nt, a, esize, all_f32 ? kMaxVecF32 : kMaxVec16);
   const int layout = plan_items(a, v);
-  for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == DT_F32;
+  for (int t = p->n_in; t < nt; t++) a.accurate |= a.dtype[t] == ZG_F32;
   const void *kernel = kernel_of(p->op, nt, a, v, layout);
   if (!kernel)
     return zg_fail(ZGATE_ERR_INTERNAL, "CUDA backend: no kernel for vector width %d, layout %d", v, layout);

@@ -9,7 +9,7 @@
  *    ulp, and dout*o keeps its rounding error through an fma, as on the CPU. About 60
  *    instructions an element: affordable at float32's element rate (20 bytes an element),
  *    not at bfloat16's (10).
- *  - Fast (float16/bfloat16 outputs): gate_math.h's functions as written, CUDA's expf. Its
+ *  - Out16 (float16/bfloat16 outputs): gate_math.h's functions as written, CUDA's expf. Its
  *    error, at most about 13 units of 2^-24 relative to the scale, is far below half an ulp
  *    of a 16-bit type; near the root of 1 + z(1-s) the error is dominated by 1-s's (about 3
  *    units of 2^-24 of the scale), within the policy's float32 bound plus half an ulp of the
@@ -90,7 +90,7 @@ struct Accurate { /* each within about half an ulp, without cancellation (simd_r
   }
 };
 
-struct Fast { /* gate_math.h's formula as written, CUDA's expf */
+struct Out16 { /* gate_math.h's formula as written, CUDA's expf */
   __device__ static __forceinline__ void sigmoid_parts(float z, float &r, float &er) {
     zg_sigmoid_parts(z, &r, &er);
   }

@@ -4,7 +4,7 @@
  * its operand counts and per-element math; everything here is the same for both.
  *
  * The grid covers every work item (a grid-stride loop takes over past 2^31-1 blocks); each
- * thread takes kUnroll items of its block's tile, issuing all their loads before any math.
+ * thread takes one item of its block's tile at a time.
  * A work item is V consecutive elements of one row of the collapsed problem (cuda_plan.h),
  * read once from each input and written once to each output.
  *   V = 8, 4, 2: rows contiguous in every tensor, vector accesses of up to 16 bytes; the row
@@ -32,15 +32,15 @@ namespace {
 
 template <int KIND>
 __device__ __forceinline__ int dtype_of(const Args &a, int t) {
-  return KIND == DT_MIXED ? a.dtype[t] : KIND;
+  return KIND == ZG_KIND_MIXED ? a.dtype[t] : KIND;
 }
 
-__device__ __forceinline__ int64_t elem_size(int dt) { return dt == DT_F32 ? 4 : 2; }
+__device__ __forceinline__ int64_t elem_size(int dt) { return dt == ZG_F32 ? 4 : 2; }
 
 /* Blocks a SM the register budget must allow (launch bounds): float32 at 12 (40 registers,
- * no spills, the fastest), 16-bit and mixed dtypes at 8 (their packed and widest kernels
+ * no spills), 16-bit and mixed dtypes at 8 (their packed and widest kernels
  * need up to 46 and 59 registers; capping the mixed ones at 40 spills). */
-constexpr int min_blocks(int kind) { return kind == DT_F32 ? 12 : 8; }
+constexpr int min_blocks(int kind) { return kind == ZG_F32 ? 12 : 8; }
 
 /* All-float16 and all-bfloat16 items of 2 or more elements stay packed (two values a
  * 32-bit word) from the load to the math, which widens one word of each input at a time and
@@ -48,7 +48,7 @@ constexpr int min_blocks(int kind) { return kind == DT_F32 ? 12 : 8; }
  * which lets more warps share an SM. */
 template <int KIND, int V>
 __host__ __device__ constexpr bool packed() {
-  return (KIND == DT_F16 || KIND == DT_BF16) && V >= 2;
+  return (KIND == ZG_F16 || KIND == ZG_BF16) && V >= 2;
 }
 
 /* One work item in registers: where its vectors are, and the input values (as floats, or
@@ -127,17 +127,17 @@ __device__ __forceinline__ void load_item(const Args &a, Item<Op, KIND, V> &it) 
   }
 }
 
-/* Float32 outputs take the accurate recipe, 16-bit outputs the fast one
+/* Float32 outputs take the accurate recipe, 16-bit outputs the 16-bit one (Out16)
  * (cuda_gate_math.cuh); for mixed dtypes the choice is a uniform run-time branch
  * (Args.accurate). */
 template <int KIND>
 __device__ __forceinline__ bool accurate(const Args &a) {
-  if constexpr (KIND == DT_F32) return true;
-  if constexpr (KIND == DT_F16 || KIND == DT_BF16) return false;
+  if constexpr (KIND == ZG_F32) return true;
+  if constexpr (KIND == ZG_F16 || KIND == ZG_BF16) return false;
   return a.accurate != 0;
 }
 
-/* The packed form: one word (two elements) of each input at a time, the fast recipe of the
+/* The packed form: one word (two elements) of each input at a time, the 16-bit recipe of the
  * 16-bit outputs, the results packed at once. */
 template <class Op, int KIND, int V>
 __device__ __forceinline__ void finish_packed(const Args &a, const Item<Op, KIND, V> &it) {
@@ -152,8 +152,8 @@ __device__ __forceinline__ void finish_packed(const Args &a, const Item<Op, KIND
       lo[t] = x.x;
       hi[t] = x.y;
     }
-    Op::template apply<Fast>(lo, y_lo);
-    Op::template apply<Fast>(hi, y_hi);
+    Op::template apply<Out16>(lo, y_lo);
+    Op::template apply<Out16>(hi, y_hi);
 #pragma unroll
     for (int t = 0; t < NO; t++) out[t][k] = pack2(y_lo[t], y_hi[t], KIND);
   }
@@ -180,7 +180,7 @@ __device__ __forceinline__ void finish_floats(const Args &a, const Item<Op, KIND
   constexpr int NI = Op::kIn;
   float y[Op::kOut][V];
   if (accurate<KIND>(a)) apply_vec<Op, Accurate, V>(it.in, y);
-  else apply_vec<Op, Fast, V>(it.in, y);
+  else apply_vec<Op, Out16, V>(it.in, y);
 #pragma unroll
   for (int t = 0; t < Op::kOut; t++) {
     const int dt = dtype_of<KIND>(a, NI + t);
@@ -196,25 +196,18 @@ __device__ __forceinline__ void finish_item(const Args &a, const Item<Op, KIND, 
 
 /* In place (dout_scaled is dout): each element is read by the thread that later writes it,
  * and the read comes first in that thread's program order, so no other ordering is needed.
- * A block's tile is kUnroll * kThreads consecutive items; thread t takes items t, t +
- * kThreads, ... of it, so each load instruction of a warp still reads one contiguous span. */
+ * A block's tile is kThreads consecutive items, thread t taking item t, so each load
+ * instruction of a warp reads one contiguous span. */
 template <class Op, int KIND, int V, int LAYOUT>
 __global__ void __launch_bounds__(kThreads, min_blocks(KIND)) gate_kernel(const Args a) {
-  constexpr int64_t tile = (int64_t)kUnroll * kThreads;
-  for (int64_t base = (int64_t)blockIdx.x * tile; base < a.items; base += (int64_t)gridDim.x * tile) {
-    Item<Op, KIND, V> x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
-      const int64_t i = base + u * kThreads + threadIdx.x;
-      if (i < a.items) {
-        locate<Op, KIND, V, LAYOUT>(a, i, x[u]);
-        load_item<Op, KIND, V>(a, x[u]);
-      }
+  for (int64_t base = (int64_t)blockIdx.x * kThreads; base < a.items; base += (int64_t)gridDim.x * kThreads) {
+    const int64_t i = base + threadIdx.x;
+    Item<Op, KIND, V> x;
+    if (i < a.items) { /* every load issued before any math */
+      locate<Op, KIND, V, LAYOUT>(a, i, x);
+      load_item<Op, KIND, V>(a, x);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
-      if (base + u * kThreads + threadIdx.x < a.items) finish_item<Op, KIND, V>(a, x[u]);
-    }
+    if (i < a.items) finish_item<Op, KIND, V>(a, x);
   }
   if constexpr (V > 1) {
     /* One row whose length is not a multiple of V: its last few elements, one per thread. */
@@ -232,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(KIND)) gate_kernel(const 
 /* Which (width, layout) pairs get a kernel of their own (the others take ANY). */
 template <class Op, int KIND, int V>
 const void *kernel_by_layout(int layout) {
-  if constexpr (KIND != DT_MIXED && V > 1) {
+  if constexpr (KIND != ZG_KIND_MIXED && V > 1) {
     if (layout == L_FLAT) return reinterpret_cast<const void *>(gate_kernel<Op, KIND, V, L_FLAT>);
     if (layout == L_ROWS) return reinterpret_cast<const void *>(gate_kernel<Op, KIND, V, L_ROWS>);
   }
@@ -244,7 +237,7 @@ template <class Op, int KIND>
 const void *kernel_for(int v, int layout) {
   switch (v) {
     case 8:
-      if constexpr (KIND != DT_F32) return kernel_by_layout<Op, KIND, 8>(layout);
+      if constexpr (KIND != ZG_F32) return kernel_by_layout<Op, KIND, 8>(layout);
       return nullptr;
     case 4: return kernel_by_layout<Op, KIND, 4>(layout);
     case 2: return kernel_by_layout<Op, KIND, 2>(layout);
@@ -256,7 +249,7 @@ const void *kernel_for(int v, int layout) {
 }  // namespace
 }  // namespace zgcu
 
-/* The body of kernels.cu: Op is GateBwd or GateFwd, KIND a DT_ code. */
+/* The body of kernels.cu: Op is GateBwd or GateFwd, KIND a zg_dtype or ZG_KIND_MIXED. */
 #define ZG_CUDA_DEFINE_TABLE(name, Op, KIND) \
   const void *zgcu::name(int v, int layout) { return kernel_for<Op, KIND>(v, layout); }
 

@@ -6,18 +6,16 @@
  * fatbin, which the CUDA runtime registers as its own module, and with lazy loading (the
  * default, CUDA_MODULE_LOADING=LAZY) a module is only loaded when one of its kernels is
  * first used, and then as a whole (loading one kernel of it loads them all). A first call in
- * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62: 0.15-0.32 ms
- * instead of 1.4-1.7 ms after the context exists, 0.33-0.56 ms instead of 1.4-1.6 ms in a
- * PyTorch process, on an H200 (tests/cuda/cuda_first_call.cu measures it). */
+ * bfloat16 then loads the bf16 backward module (10 kernels) rather than all 62
+ * (tests/cuda/cuda_first_call.cu measures the first call; docs/performance.md). */
 #ifndef ZGATE_CUDA_KERNELS_H
 #define ZGATE_CUDA_KERNELS_H
 
 namespace zgcu {
 
-/* Threads a block: 128 was the fastest of 64, 128, 256 and 512 on the H200. */
+/* Threads a block, each taking one work item at a time (docs/performance.md compares block
+ * sizes and items a thread). */
 constexpr int kThreads = 128;
-/* Work items a thread, all loaded before any math: 2 was slower than 1 on the H200. */
-constexpr int kUnroll = 1;
 
 /* The kernel (a __global__ function's address, for cudaLaunchKernel / cudaFuncGetAttributes)
  * for vector width v in {8, 4, 2, 1} and layout L_FLAT / L_ROWS / L_ANY (cuda_plan.h), or

@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+extern "C" {
+#include "zgate_internal.h" /* zg_dtype */
+}
+
 namespace zgcu {
 
 /* Unsigned division by a run-time constant d >= 1 for dividends below 2^32:
@@ -32,8 +36,11 @@ enum { MAX_T = 5 };
  * collapse (ZGATE_MAX_NDIM - 3). */
 enum { MAX_X = 5 };
 
-/* Storage codes, equal to zg_dtype's (ZG_F32, ZG_F16, ZG_BF16); MIXED = read per tensor. */
-enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_MIXED = 3 };
+/* A kernel's kind: the zg_dtype of all its tensors (ZG_F32, ZG_F16, ZG_BF16), or MIXED,
+ * each tensor's read from Args.dtype at run time. */
+constexpr int ZG_KIND_MIXED = 3;
+static_assert(ZG_KIND_MIXED != ZG_F32 && ZG_KIND_MIXED != ZG_F16 && ZG_KIND_MIXED != ZG_BF16,
+              "a kind is a dtype or MIXED");
 
 /* Index math of a launch (cuda_kernel.cuh's locate): FLAT, one row, item i at element i*V of
  * every tensor; ROWS, rows along the third collapsed dimension only and fewer than 2^32 items,
@@ -43,7 +50,7 @@ enum { L_FLAT = 0, L_ROWS = 1, L_ANY = 2 };
 /* Everything a kernel needs, passed by value (a few hundred bytes of kernel parameters). */
 struct Args {
   char *ptr[MAX_T];       /* byte address of element (0,0,0,0) of each tensor */
-  int dtype[MAX_T];       /* DT_F32 / DT_F16 / DT_BF16 */
+  int dtype[MAX_T];       /* a zg_dtype: ZG_F32 / ZG_F16 / ZG_BF16 */
   int64_t n[4];           /* the problem's dims, right-aligned; n[3] is the innermost */
   int64_t st[MAX_T][4];   /* strides in elements of those dims */
   int nx;                 /* > 0: the problem has 3 + nx dims; n[0] is the product of the outer

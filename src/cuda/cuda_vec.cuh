@@ -13,23 +13,23 @@
 namespace zgcu {
 
 __device__ __forceinline__ float bits_to_f32(uint16_t h, int dt) {
-  if (dt == DT_BF16) return __uint_as_float((uint32_t)h << 16);
+  if (dt == ZG_BF16) return __uint_as_float((uint32_t)h << 16);
   return __half2float(__ushort_as_half(h));
 }
 
 __device__ __forceinline__ uint16_t f32_to_bits(float f, int dt) {
-  if (dt == DT_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  if (dt == ZG_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
   return __half_as_ushort(__float2half_rn(f));
 }
 
 /* Two 16-bit values (low half first) to floats, and back with one packed conversion. */
 __device__ __forceinline__ float2 unpack2(uint32_t w, int dt) {
-  if (dt == DT_BF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  if (dt == ZG_BF16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
   __half2 h = *reinterpret_cast<__half2 *>(&w);
   return __half22float2(h);
 }
 __device__ __forceinline__ uint32_t pack2(float a, float b, int dt) {
-  if (dt == DT_BF16) {
+  if (dt == ZG_BF16) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t *>(&h);
   }
@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_words(char *p, const T (&w)[N]) {
  * 16-bit types as V / 2 words of two values each (low half first), or one 2-byte access. */
 template <int V>
 __device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
-  if (dt == DT_F32) {
+  if (dt == ZG_F32) {
     load_words<V>(p, v);
   } else if constexpr (V == 1) {
     v[0] = bits_to_f32(*reinterpret_cast<const unsigned short *>(p), dt);
@@ -105,7 +105,7 @@ __device__ __forceinline__ void load_vec(const char *p, int dt, float (&v)[V]) {
 
 template <int V>
 __device__ __forceinline__ void store_vec(char *p, int dt, const float (&v)[V]) {
-  if (dt == DT_F32) {
+  if (dt == ZG_F32) {
     store_words<V>(p, v);
   } else if constexpr (V == 1) {
     *reinterpret_cast<unsigned short *>(p) = f32_to_bits(v[0], dt);

@@ -17,7 +17,7 @@ TYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("dense", "zview")
 
 # Budget: the predicted vector cycles of a tile over its HBM cycles at the target's highest
-# listed bandwidth: 0.85 when every tensor is 16-bit (the lean recipe), 0.60 when every
+# listed bandwidth: 0.85 when every tensor is 16-bit (the 16-bit recipe), 0.60 when every
 # tensor is float32, 1.00 (HBM-bound) for mixes with a float32 output: they keep the
 # accurate recipe and add casts, on fewer bytes than float32 (worst: 16-bit inputs and one
 # float32 output, 0.93 on the 910B2 at 1.8 TB/s). Ascend910B3 has 40 vector cores on the
@@ -32,7 +32,7 @@ BUDGET = {  # target: (bandwidth, all 16-bit, a float32 output among 16-bit tens
 
 # The per-tile vector instructions of each recipe, by table row (casts: one per 16-bit
 # tensor). Lean (every output 16-bit): one division, no selects or compares.
-LEAN_MATH = {"bwd": {"Mins": 1, "Exp": 1, "Adds": 2, "Div": 1, "Mul": 5, "Sub": 1},
+OUT16_MATH = {"bwd": {"Mins": 1, "Exp": 1, "Adds": 2, "Div": 1, "Mul": 5, "Sub": 1},
              "fwd": {"Mins": 1, "Exp": 1, "Adds": 1, "Div": 1, "Mul": 2}}
 ACCURATE_MATH = {"bwd": {"Abs": 1, "Muls": 1, "Exp": 1, "Adds": 1, "Div": 2,
                          "CompareGEAligned": 1, "Select": 2, "Mul": 5, "Add": 1},
@@ -40,13 +40,13 @@ ACCURATE_MATH = {"bwd": {"Abs": 1, "Muls": 1, "Exp": 1, "Adds": 1, "Div": 2,
                          "CompareGEAligned": 1, "Select": 1, "Mul": 2}}
 
 
-def _lean(op, dtypes):
+def _out16(op, dtypes):
     outs = dtypes[3:] if op == "bwd" else dtypes[2:]
     return all(plan.DTYPE_BYTES[d] == 2 for d in outs)
 
 
 def _expected_kinds(op, dtypes):
-    kinds = dict((LEAN_MATH if _lean(op, dtypes) else ACCURATE_MATH)[op])
+    kinds = dict((OUT16_MATH if _out16(op, dtypes) else ACCURATE_MATH)[op])
     casts = sum(plan.DTYPE_BYTES[d] == 2 for d in dtypes)
     if casts:
         kinds["Cast"] = casts
@@ -129,8 +129,8 @@ def _check_budget(r, target, cost):
     bw, lim16, lim_mixed, lim32 = BUDGET[target]
     n32 = sum(d == "float32" for d in r["dtypes"])
     lim = lim16 if n32 == 0 else lim32 if n32 == len(r["dtypes"]) else lim_mixed
-    if n32 and _lean(r["op"], r["dtypes"]):
-        lim = lim16                       # float32 inputs only: the lean recipe, more bytes
+    if n32 and _out16(r["op"], r["dtypes"]):
+        lim = lim16                       # float32 inputs only: the 16-bit recipe, more bytes
     (h,) = [h for h in cost["hbm"] if h["bytes_per_s"] == bw]
     assert cost["vector_cycles"] is not None, (_case(r), cost["unknown"])
     assert h["ratio"] <= lim, "%s on %s: vector/HBM %.3f > %.2f at %.1f TB/s" % (
@@ -157,7 +157,7 @@ def test_counts_match_the_ir(tmp_path, target, op, dtype):
     assert sorted(in_ifs) == sorted(n for n, k in c["tail_only"].items() for _ in range(k))
     assert {k: v["calls"] for k, v in c["by_kind"].items()} == _expected_kinds(op, dtypes), \
         (_case(r), c["calls"])
-    assert c["unknown"] == [] and r["lean"] == _lean(op, dtypes)
+    assert c["unknown"] == [] and r["out16"] == _out16(op, dtypes)
     assert c["vector_cores"] == {"Ascend910B4": 40, "Ascend910B3": 40}.get(target, 48)
     assert r["block_r"] * r["block_c"] == plan.npu_tile(op, dtypes)
     _check_budget(r, target, c)

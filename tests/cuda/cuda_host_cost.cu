@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
   /* The kernel zgate_bwd launches for this problem, with parameters of the same size. */
   const void *kernel = zgcu::kernels_bwd_bf16(8, zgcu::L_FLAT);
   zgcu::Args args = {};
-  for (int k = 0; k < 5; k++) args.ptr[k] = (char *)t[k].data, args.dtype[k] = zgcu::DT_BF16;
+  for (int k = 0; k < 5; k++) args.ptr[k] = (char *)t[k].data, args.dtype[k] = ZG_BF16;
   args.n[0] = args.n[1] = args.n[2] = 1;
   args.n[3] = (int64_t)n;
   args.nv = (int64_t)n / 8;

@@ -74,8 +74,12 @@ static const DLDataType F32 = {kDLFloat, 32, 1}, F16 = {kDLFloat, 16, 1}, BF16 =
 static const char *dtn(DLDataType t) { return zgate_check_dtype_name(t); }
 
 /* ---- layouts ----------------------------------------------------------------------------- */
-enum Layout { DENSE, PROJ, PERM, PAD, TRANS, OFFSET, NLAYOUTS };
-static const char *layout_name[NLAYOUTS] = {"dense", "proj", "perm", "pad", "trans", "offset"};
+/* This backend's layouts; VIEW0 + v is cases.def's view v (zgate_cases.h). */
+enum Layout { DENSE, PROJ, PERM, PAD, TRANS, OFFSET, NLAYOUTS, VIEW0 = NLAYOUTS };
+static const char *layout_name(int lay) {
+  static const char *own[NLAYOUTS] = {"dense", "proj", "perm", "pad", "trans", "offset"};
+  return lay >= VIEW0 ? zgate_case_views[lay - VIEW0].name : own[lay];
+}
 
 static const size_t G = 256; /* guard bytes each side */
 
@@ -101,15 +105,10 @@ static void buf_layout(Buf &b, const int64_t shape[4], DLDataType dt, Layout lay
   memcpy(b.shape, shape, 4 * sizeof shape[0]);
   int64_t numel = B * L * H * D;
   b.off = 0;
-  switch (lay) {
-    case PROJ: { /* a slice of the input projection: (B, L, P), this tensor at H*D */
-      int64_t P = 2 * H * D + 16;
-      int64_t s[4] = {L * P, P, D, 1};
-      memcpy(b.strides, s, sizeof s);
-      b.off = H * D;
-      b.span = B * L * P;
-      break;
-    }
+  if (lay == PROJ) lay = (Layout)(VIEW0 + ZGATE_CASE_VIEW_projection); /* cases.def's */
+  if (lay >= VIEW0)
+    b.span = zgate_case_strides(&zgate_case_views[lay - VIEW0], shape, b.strides, &b.off);
+  else switch (lay) {
     case PERM: { /* heads before sequence in memory: (B, H, L, D) */
       int64_t s[4] = {H * L * D, D, L * D, 1};
       memcpy(b.strides, s, sizeof s);
@@ -129,7 +128,7 @@ static void buf_layout(Buf &b, const int64_t shape[4], DLDataType dt, Layout lay
       b.span = numel;
       break;
     }
-    default: {
+    default: { /* DENSE, OFFSET */
       int64_t s[4] = {L * H * D, H * D, D, 1};
       memcpy(b.strides, s, sizeof s);
       b.off = lay == OFFSET ? 1 : 0;
@@ -368,8 +367,8 @@ static void name_case(char *buf, size_t n, const char *tag, const int64_t s[4], 
                       const Layout lay[5], bool inplace) {
   snprintf(buf, n, "%s (%lld,%lld,%lld,%lld) %s/%s/%s->%s/%s layouts %s/%s/%s/%s/%s%s", tag,
            (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3], dtn(dt[0]), dtn(dt[1]),
-           dtn(dt[2]), dtn(dt[3]), dtn(dt[4]), layout_name[lay[0]], layout_name[lay[1]],
-           layout_name[lay[2]], layout_name[lay[3]], layout_name[lay[4]], inplace ? " in-place" : "");
+           dtn(dt[2]), dtn(dt[3]), dtn(dt[4]), layout_name(lay[0]), layout_name(lay[1]),
+           layout_name(lay[2]), layout_name(lay[3]), layout_name(lay[4]), inplace ? " in-place" : "");
 }
 
 /* Every dtype combination once: each is its own compiled kernel. */
@@ -400,11 +399,10 @@ static void all_dtype_combos(void) {
  * at an offset, dz permuted, dout_scaled a projection view, in place over a padded view. */
 static void case_list(bool small) {
   const int sets = ZGATE_CASES_QUICK | (small ? 0 : ZGATE_CASES_FULL);
-  struct L { Layout lay; int who; bool inplace; } lays[] = {
-      {DENSE, -1, false}, {PROJ, 1, false}, {PERM, -1, false}, {DENSE, -1, true}, /* shared */
+  struct L { Layout lay; int who; bool inplace; } lays[] = { /* after cases.def's */
       {PAD, -1, false},   {TRANS, 2, false}, {OFFSET, 0, false}, {PERM, 3, false},
       {PROJ, 4, false},   {PAD, 0, true}};
-  const int nshared = 4, nlays = (int)(sizeof lays / sizeof lays[0]);
+  const int nshared = ZGATE_CASE_NLAYOUTS, nlays = nshared + (int)(sizeof lays / sizeof lays[0]);
   char name[256];
   for (int si = 0; si < ZGATE_CASES_N(zgate_case_shapes); si++) {
     if (!(zgate_case_shapes[si].set & sets)) continue;
@@ -414,13 +412,17 @@ static void case_list(bool small) {
       if (small && di >= 2) break;
       for (int li = 0; li < (small ? 6 : nlays); li++) {
         Layout lay[5];
-        for (int t = 0; t < 5; t++) lay[t] = (lays[li].who < 0 || lays[li].who == t) ? lays[li].lay : DENSE;
+        const struct L own = lays[li < nshared ? 0 : li - nshared];
+        const bool inplace = li < nshared ? zgate_case_layouts[li].inplace : own.inplace;
+        for (int t = 0; t < 5; t++)
+          lay[t] = li < nshared ? (Layout)(VIEW0 + zgate_case_layouts[li].view[t])
+                   : (own.who < 0 || own.who == t) ? own.lay : DENSE;
         DLDataType dt[5];
         memcpy(dt, zgate_case_dtype_sets[di].dt, sizeof dt);
-        if (lays[li].inplace) { dt[4] = dt[0]; lay[4] = lay[0]; }
-        name_case(name, sizeof name, zgate_case_dtype_sets[di].name, shape, dt, lay, lays[li].inplace);
-        bwd_case(name, shape, dt, lay, lays[li].inplace);
-        if (li < nshared && !lays[li].inplace) { /* the forward: o, z, out */
+        if (inplace) { dt[4] = dt[0]; lay[4] = lay[0]; }
+        name_case(name, sizeof name, zgate_case_dtype_sets[di].name, shape, dt, lay, inplace);
+        bwd_case(name, shape, dt, lay, inplace);
+        if (li < nshared && !inplace) { /* the forward: o, z, out */
           const DLDataType fdt[3] = {dt[2], dt[1], dt[3]};
           const Layout flay[3] = {lay[2], lay[1], lay[3]};
           fwd_case(name, shape, fdt, flay);

@@ -91,3 +91,20 @@ def test_refused_torch_dtype_is_named(dtype):
     for n in NOT_A_C_INT:
         expect_error(zgate.Status.ERR_OPTIONS, zgate.bwd, a, a, a, num_threads=n)
         expect_error(zgate.Status.ERR_OPTIONS, zgate.fwd, a, a, num_threads=n)
+
+
+def test_refusal_names_tensor_and_dim_as_data():
+    """What the library's refusal names comes as attributes, not text to parse; a pickled
+    error keeps them."""
+    import pickle
+    a = np.ones(SHAPE, np.float32)
+    e = expect_error(zgate.Status.ERR_NEGATIVE_STRIDE, zgate.bwd, a, a[:, ::-1], a)
+    assert (e.tensor, e.dim) == ("z", 1), e
+    e = expect_error(zgate.Status.ERR_SHAPE_MISMATCH, zgate.fwd, a, a[:, :, :1])
+    assert (e.tensor, e.dim) == ("z", 2), e
+    e = expect_error(zgate.Status.ERR_DTYPE, zgate.bwd, a, a, a.astype(np.int32))
+    assert (e.tensor, e.dim) == ("o", None), e
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (e2.status, e2.message, e2.tensor, e2.dim) == (e.status, e.message, "o", None)
+    e = expect_error(zgate.Status.ERR_OPTIONS, zgate.bwd, a, a, a, num_threads=-1)
+    assert (e.tensor, e.dim) == (None, None)

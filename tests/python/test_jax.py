@@ -217,6 +217,7 @@ def test_errors_carry_the_library_message(rng, mode):
     dout, z, o = _put(inputs(rng, (2, 4, 3, 8), F32), _device("cpu"))
     e = _expect_error(zgate.Status.ERR_SHAPE_MISMATCH, MODES[mode](zgate.bwd), dout, z[:, :3], o)
     assert e.message == "z: dim 1 has size 3 but dout has 4 (shapes must be equal)"
+    assert (e.tensor, e.dim) == ("z", 1)
     e = _expect_error(zgate.Status.ERR_SHAPE_MISMATCH, MODES[mode](zgate.fwd), o, z[0])
     assert e.message.startswith("z: ndim is 3 but o has 4")
     _expect_error(zgate.Status.ERR_DTYPE, MODES[mode](zgate.bwd), dout, z.astype(jnp.int32), o)

@@ -43,6 +43,32 @@ def big_case():
     return ok
 
 
+def ranks_case():
+    """Ranks 1, 3, 5 and 8, dense and with every tensor's innermost dim strided, float32 and
+    bfloat16: zgate.triton's outputs judged by the Triton kernel's bound against the float64
+    reference, as zgate.bwd's (the CUDA kernels) by zgate's."""
+    ok = True
+    for rank in (1, 3, 5, 8):
+        shape = (3, 2, 1, 5, 2, 3, 1, 40)[-rank:]
+        for dtype in (torch.float32, torch.bfloat16):
+            for step in (1, 2):
+                g = torch.Generator(device="cuda").manual_seed(rank)
+                wide = shape[:-1] + (step * shape[-1],)
+                ins = [(torch.randn(wide, device="cuda", generator=g) * s).to(dtype)[..., ::step]
+                       for s in (1, 4, 2)]
+                host = [from_torch(t) for t in ins]
+                refs = zgate.reference_bwd(*host)
+                for impl, bound in ((zt.bwd, cases.TRITON_F32_ULPS), (zgate.bwd, cases.F32_ULPS)):
+                    for name, got, ref in zip(("dz", "dout_scaled"), impl(*ins), refs):
+                        st = cases.judge(name, from_torch(got), ref, *host, bound)
+                        if not st["ok"] or tuple(got.shape) != shape:
+                            print("ranks: %s rank %d %s step %d %s FAILED: %s" % (
+                                impl.__module__, rank, dtype, step, name, st))
+                            ok = False
+    print("ranks 1, 3, 5, 8 (dense, strided innermost; f32, bf16): %s" % ("ok" if ok else "FAIL"))
+    return ok
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     gold = os.path.join(out, "cuda-golden.npz")
@@ -50,7 +76,7 @@ def main(out):
     rc = acceptance.main(run + [os.path.join(out, "precision-cuda.md"), "--save-golden", gold])
     rc |= acceptance.main(run + [os.path.join(out, "precision-triton-vs-cuda.md"), "--impl",
                                  "triton", "--golden", gold])
-    ok = big_case()
+    ok = ranks_case() & big_case()
     print("gpu_check: precision rc %d, big case %s" % (rc, "ok" if ok else "FAIL"))
     return 0 if rc == 0 and ok else 1
 

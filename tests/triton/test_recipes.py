@@ -1,5 +1,5 @@
 """The kernel's two recipes under the Triton interpreter against the float64 reference: the
-lean one (every output 16-bit) and the accurate one (any float32 output), on the edge values
+16-bit one (every output 16-bit) and the accurate one (any float32 output), on the edge values
 of special_values.py and on the request's first shape. The bound is zgate's policy
 (check/zgate_check.c): 16-bit outputs within 1 ulp, near the root of 1 + z(1-s) the float32
 bound plus half an ulp. The interpreter converts float32 to bfloat16 by truncation and loses
@@ -98,16 +98,16 @@ def test_request_heads(rng, dtypes):
 
 
 def test_recipe_follows_the_outputs():
-    """LEAN exactly when every output is 16-bit; the NPU tile follows op and dtypes."""
+    """OUT16 exactly when every output is 16-bit; the NPU tile follows op and dtypes."""
     lay = plan.collapse((1, 2, 3, 4), [(24, 12, 4, 1)] * 5)
     tiles = plan.choose_tiles(lay, 64)
     for combo in [("f32",) * 5, ("bf16",) * 5, ("bf16", "bf16", "bf16", "f32", "bf16"),
                   ("f32", "f32", "f32", "f16", "bf16")]:
         ts = [torch.zeros(1, 2, 3, 4, dtype=T[d]) for d in combo]
         _, consts = plan.kernel_arguments("bwd", ts, lay, tiles)
-        assert consts["LEAN"] == all(d != "f32" for d in combo[3:]), combo
+        assert consts["OUT16"] == all(d != "f32" for d in combo[3:]), combo
         _, consts = plan.kernel_arguments("fwd", [ts[2], ts[1], ts[3]], lay, tiles)
-        assert consts["LEAN"] == (combo[3] != "f32"), combo
+        assert consts["OUT16"] == (combo[3] != "f32"), combo
     assert plan.npu_tile("fwd", ["bfloat16", "float16", "bfloat16"]) == 8192
     assert plan.npu_tile("fwd", ["bfloat16", "float32", "bfloat16"]) == 4096
     assert plan.npu_tile("bwd", ["bfloat16"] * 5) == 4096

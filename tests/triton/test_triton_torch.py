@@ -143,7 +143,10 @@ def test_refusals_write_nothing():
     b, c = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
     out = torch.full((1, 2, 3, 4), 7.0)
     _err(lambda: zt.bwd(a, b, torch.randn(1, 2, 3, 5), dz=out), S.ERR_SHAPE_MISMATCH)
-    _err(lambda: zt.bwd(a, b, c[0], dz=out), S.ERR_NDIM)
+    _err(lambda: zt.bwd(a, b, c[0], dz=out), S.ERR_SHAPE_MISMATCH)
+    nine = torch.randn((1,) * 5 + (1, 2, 3, 4))
+    _err(lambda: zt.bwd(nine, nine, nine), S.ERR_NDIM)
+    _err(lambda: zt.fwd(nine, nine), S.ERR_NDIM)
     assert "z is a NoneType" in str(_err(lambda: zt.bwd(a, None, c, dz=out), None))
     e = _err(lambda: zt.bwd(a, b.to(torch.int32), c, dz=out), S.ERR_DTYPE)
     assert "int32" in str(e)
@@ -166,3 +169,37 @@ def test_backend_availability_messages():
     why = zt.available("npu")
     assert why and ("triton-ascend" in why or "torch_npu" in why)
     assert "no backend" in zt.available("xpu")
+
+
+
+def _view(t, inner_step):
+    """t's values in a view of a larger buffer: every outer dim padded, the innermost one
+    every inner_step-th element."""
+    if t.dim() == 0:
+        return t
+    wide = torch.zeros(tuple(n + 1 for n in t.shape[:-1]) + (inner_step * t.shape[-1],))
+    view = wide[tuple(slice(0, n) for n in t.shape[:-1]) + (slice(None, None, inner_step),)]
+    return view.copy_(t)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3, 5, 8])
+@pytest.mark.parametrize("layout", ["dense", "padded", "strided"])
+def test_ranks_equal_zgate_bwd(rng, rank, layout):
+    """Ranks 0..8, dense, padded (up to rank 5 four dims after the C rule's collapse: in
+    place; rank 8 six: through copies) and with every tensor's innermost dim strided (through
+    copies): what the C library's zgate.bwd and zgate.fwd give, within the Triton kernel's
+    float32 bound of the float64 reference."""
+    shape = (3, 2, 1, 5, 2, 3, 1, 2)[:rank]
+    dout, z, o = (torch.tensor(a.reshape(shape)) for a in inputs(rng, (int(np.prod(shape)),)))
+    if layout != "dense":
+        dout, z, o = (_view(t, 2 if layout == "strided" else 1) for t in (dout, z, o))
+    got, want = zt.bwd(dout, z, o), zgate.bwd(dout, z, o)
+    host = [from_torch(t) for t in (dout, z, o)]
+    for name, g, w, ref in zip(("dz", "dout_scaled"), got, want, zgate.reference_bwd(*host)):
+        assert g.shape == w.shape == shape
+        check(name, g.numpy(), ref, *host, f32_ulps=cases.TRITON_F32_ULPS)
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    got, want = zt.fwd(o, z), zgate.fwd(o, z)
+    check("out", got.numpy(), zgate.reference_fwd(host[2], host[1]), None, host[1], host[2],
+          f32_ulps=cases.TRITON_F32_ULPS)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

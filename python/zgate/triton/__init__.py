@@ -1,8 +1,10 @@
 """zgate's gate as a Triton kernel: Ascend NPUs through triton-ascend, NVIDIA GPUs through
 Triton, CPU tensors under TRITON_INTERPRET=1. bwd and fwd take the arguments of zgate.bwd /
 zgate.fwd and give their results and errors (zgate.Error), on PyTorch tensors of one device
-(docs/api.md). The kernel takes in place every layout whose innermost dim is contiguous (Z as
-a view into the input projection included); any other tensor goes through a compact copy.
+(docs/api.md): ranks 0..8, any non-negative strides. The call's dims are collapsed by the C
+library's rule (plan.py); the kernel takes in place every call that collapses to at most four
+dims with a contiguous innermost one (Z as a view into the input projection included);
+otherwise each tensor that is not compact goes through a compact copy.
 Nothing is tuned (plan.py), so the first call costs one compile per dtypes and tile shape.
 zgate.triton.ascend compiles the kernel for an Ascend 910B target without an NPU.
 """
@@ -59,9 +61,9 @@ def _check(named, n_in):
         if t.layout != torch.strided:
             raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is a %s tensor; zgate takes "
                         "strided tensors" % (n, t.layout))
-        if t.dim() != 4:
-            raise Error(Status.ERR_NDIM, "%s has %d dims; zgate takes (batch, seqlen, nheads, "
-                        "headdim)" % (n, t.dim()))
+        if t.dim() > _plan.MAX_NDIM:
+            raise Error(Status.ERR_NDIM, "%s: ndim is %d, outside 0..%d" % (
+                n, t.dim(), _plan.MAX_NDIM))
         if _dtype(t) not in _plan.DTYPE_BYTES:
             raise Error(Status.ERR_DTYPE, "%s is %s, not float32, float16 or bfloat16" % (
                 n, _dtype(t)))
@@ -121,7 +123,8 @@ def _launch(op, tensors, outputs):
     tile = _plan.npu_tile(op, [_dtype(t) for t in tensors]) if dev.type == "npu" else (
         _plan.GPU_TILE)
     copied, layout, tiles = _plan.plan_call(tuple(tensors[0].shape),
-                                            tuple(t.stride() for t in tensors), tile)
+                                            tuple(t.stride() for t in tensors), tile,
+                                            _plan.N_INPUTS[op])
     work = [t.contiguous() if c and i not in outputs else t
             for i, (t, c) in enumerate(zip(tensors, copied))]
     copy_back = [i for i in outputs if copied[i]]

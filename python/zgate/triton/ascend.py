@@ -202,7 +202,7 @@ def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
         text = f.read()
     rep = parse_hivm(text)
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
-               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], lean=consts["LEAN"],
+               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], out16=consts["OUT16"],
                hivm_path=hivm, cost=_cost.model(text, target, dtypes,
                                                 consts["BLOCK_R"] * consts["BLOCK_C"]))
     return rep

@@ -11,7 +11,7 @@ triton-ascend double-buffers. On a GPU the grid is one program per tile and the 
 int32 (plan.py keeps (BLOCK_R - 1) * row stride + BLOCK_C below 2^31): on an NPU int64 vector
 adds and compares fall back to scalar code.
 
-Math in float32, one of two recipes chosen by the output precision (LEAN, a constexpr that
+Math in float32, one of two recipes chosen by the output precision (OUT16, a constexpr that
 plan.kernel_arguments sets when every output is 16-bit):
 
 float32 outputs, the accurate recipe of src/gate_math.h:
@@ -19,7 +19,7 @@ float32 outputs, the accurate recipe of src/gate_math.h:
     dz = (dout*o) * (s + (z*s)*(1-s)),  dos = dout * (z*s),  out = o * (z*s)
 1 - s is never formed by subtraction, so there is no cancellation for large z.
 
-16-bit outputs (half an ulp is 2^-9 or 2^-12 relative), the lean recipe:
+16-bit outputs (half an ulp is 2^-9 or 2^-12 relative), the 16-bit recipe:
     E = exp(min(z, 80)), s = E / (E + 1)
     dz = ((dout*s)*o) * ((z - z*s) + 1),  dos = (dout*s) * z,  out = (o*s) * z
 One division, no selects. exp never overflows (E <= e^80; s rounds to 1 from z = 17 on, where
@@ -30,7 +30,7 @@ elementwise scale, within the float32 bound plus half an ulp of the output. The 
 propagates NaN (PropagateNan.ALL: one vmins on the NPU; the NaN-ignoring form becomes a
 compare and two selects).
 
-The lean recipe multiplies by z last in dos and out, so that a subnormal z times a large dout
+The 16-bit recipe multiplies by z last in dos and out, so that a subnormal z times a large dout
 or o still gives its result (the accurate recipe rounds z*s first and loses it when
 |dout z s| is normal but |z s| is not). Each output is rounded once to its own dtype.
 The compiler rewrites arithmetic and plans buffers by the order of the source: the final
@@ -51,9 +51,9 @@ def gate_kernel(dout_ptr, z_ptr, o_ptr, dz_ptr, dos_ptr,
                 n_qa, n_qb, n_rows, n_cols,
                 dout_sa, dout_sb, dout_sr, z_sa, z_sb, z_sr, o_sa, o_sb, o_sr,
                 dz_sa, dz_sb, dz_sr, dos_sa, dos_sb, dos_sr,
-                BACKWARD: tl.constexpr, LEAN: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                BACKWARD: tl.constexpr, OUT16: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """BACKWARD: (dout, z, o) -> (dz, dos). Forward: (z, o) -> out, written through dz_ptr;
-    dout_ptr and dos_ptr are not touched. LEAN: every output is 16-bit (the lean recipe)."""
+    dout_ptr and dos_ptr are not touched. OUT16: every output is 16-bit (the 16-bit recipe)."""
     col_tiles = tl.cdiv(n_cols, BLOCK_C)
     per_q = tl.cdiv(n_rows, BLOCK_R) * col_tiles
     n_tiles = n_qa * n_qb * per_q
@@ -76,7 +76,7 @@ def gate_kernel(dout_ptr, z_ptr, o_ptr, dz_ptr, dos_ptr,
         z = tl.load(z_at, mask=mask, other=0.0).to(tl.float32)
         o = tl.load(o_at, mask=mask, other=0.0).to(tl.float32)
 
-        if LEAN:
+        if OUT16:
             ez = tl.exp(tl.minimum(z, 80.0, propagate_nan=tl.PropagateNan.ALL))
             s = ez / (ez + 1.0)
         else:
@@ -90,7 +90,7 @@ def gate_kernel(dout_ptr, z_ptr, o_ptr, dz_ptr, dos_ptr,
             dos_at = dos_ptr + _tile_base(qa, qb, r0, c0, dos_sa, dos_sb, dos_sr) + (
                 rows * dos_sr + cols)
             dout = tl.load(dout_at, mask=mask, other=0.0).to(tl.float32)
-            if LEAN:
+            if OUT16:
                 ts = dout * s
                 dz = (ts * o) * ((z - z * s) + 1.0)
                 dos = ts * z
@@ -100,7 +100,7 @@ def gate_kernel(dout_ptr, z_ptr, o_ptr, dz_ptr, dos_ptr,
                 dos = dout * zs
             tl.store(dz_at, dz.to(dz_ptr.dtype.element_ty), mask=mask)
             tl.store(dos_at, dos.to(dos_ptr.dtype.element_ty), mask=mask)
-        elif LEAN:
+        elif OUT16:
             tl.store(dz_at, ((o * s) * z).to(dz_ptr.dtype.element_ty), mask=mask)
         else:
             tl.store(dz_at, (o * (z * s)).to(dz_ptr.dtype.element_ty), mask=mask)

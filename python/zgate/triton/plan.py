@@ -1,12 +1,14 @@
 """How one call maps onto the Triton kernel: no Triton import, so it is testable anywhere.
 
-collapse() turns a call's tensors (one 4-D shape, per-tensor element strides) into the
-kernel's four levels (qa, qb, rows, cols): size-1 dims are dropped, columns are the longest
-innermost run contiguous in every tensor, the other dims become rows and outer indices,
-neighbours merged wherever every tensor allows. Dense tensors are one row of n elements; Z
-as a view into the input projection (strides (L*P, P, D, 1)) beside dense tensors is B*L
-rows of H*D columns, Z's row stride P. choose_tiles() picks the tile: no search, no
-autotuning.
+collapse() is validate.c's rule (zg_collapse, the one for every backend, documented in
+zgate_internal.h) on a call of any rank 0..8: size-1 dims dropped, the rest ordered by the
+first output's strides (outermost first), neighbours merged where every tensor walks them
+contiguously. The kernel takes the result when it has at most four dims (qa, qb, rows,
+cols) and unit-stride columns in every tensor; otherwise every tensor that is not compact
+goes through a compact copy, and the compact call is one run. Dense tensors are one row of n
+elements; Z as a view into the input projection (strides (L*P, P, D, 1)) beside dense
+tensors is B*L rows of H*D columns, Z's row stride P. choose_tiles() picks the tile: no
+search, no autotuning.
 """
 import functools
 import math
@@ -17,6 +19,8 @@ INT32_MAX = 2 ** 31 - 1
 MIN_BLOCK_C = 16          # 32 bytes of a 16-bit type: the NPU's UB alignment
 # The kernel slot of each of an op's tensors, in the op's public order.
 SLOTS = {"bwd": ("dout", "z", "o", "dz", "dos"), "fwd": ("o", "z", "dz")}
+N_INPUTS = {"bwd": 3, "fwd": 2}
+MAX_NDIM = 8              # ZGATE_MAX_NDIM: the ranks every entry takes are 0..8
 
 
 class Layout(NamedTuple):
@@ -37,27 +41,37 @@ def compact_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
-def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]):
-    """Layout of tensors of one 4-D `shape` with the given element strides, or None when some
-    tensor's innermost non-trivial dim is not contiguous (the caller copies that tensor).
-    Once the columns are taken at most three dims remain, so at most three levels."""
-    dims = ([(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-            or [(1, [1] * len(strides))])                   # every dim of size 1
-    n_cols, inner = dims.pop()
-    if any(s != 1 for s in inner):
-        return None
-    while dims and all(s == n_cols for s in dims[-1][1]):   # the contiguous run goes on
-        n_cols *= dims.pop()[0]
-    levels = []                                              # (size, strides), inner first
-    while dims:
-        n, st = dims.pop()
-        if levels and all(s == levels[-1][0] * t for s, t in zip(st, levels[-1][1])):
-            levels[-1] = (levels[-1][0] * n, levels[-1][1])
+def collapse_dims(shape: Sequence[int], strides: Sequence[Sequence[int]], first_output: int):
+    """validate.c's zg_collapse: (sizes, per-tensor strides), outermost dim first, of tensors
+    of one `shape` with the given element strides; strides[first_output] orders the dims."""
+    dims = sorted((d for d, n in enumerate(shape) if n > 1),
+                  key=lambda d: strides[first_output][d])      # stable, as validate.c's
+    sizes, out = [], [[] for _ in strides]
+    for d in reversed(dims):
+        if sizes and all(o[-1] == s[d] * shape[d] for o, s in zip(out, strides)):
+            sizes[-1] *= shape[d]
+            for o, s in zip(out, strides):
+                o[-1] = s[d]                                     # the inner one's
         else:
-            levels.append((n, st))
-    levels += [(1, [0] * len(strides))] * (3 - len(levels))
-    (n_rows, sr), (n_qb, sb), (n_qa, sa) = levels
-    return Layout((n_qa, n_qb, n_rows, n_cols), tuple(zip(sa, sb, sr)))
+            sizes.append(shape[d])
+            for o, s in zip(out, strides):
+                o.append(s[d])
+    if not sizes:                                                # one element, or none
+        return [math.prod(shape)], [[0] for _ in strides]
+    return sizes, out
+
+
+def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]], first_output: int = 0):
+    """The kernel's Layout of the call, or None where collapse_dims leaves more than four
+    dims or a column stride other than 1 (the caller copies the tensors that are not
+    compact)."""
+    sizes, st = collapse_dims(shape, strides, first_output)
+    if len(sizes) > 4 or (sizes[-1] > 1 and any(s[-1] != 1 for s in st)):
+        return None
+    pad = 4 - len(sizes)
+    sizes = [1] * pad + sizes
+    st = [[0] * pad + s[:-1] for s in st]
+    return Layout(tuple(sizes), tuple(tuple(s) for s in st))
 
 
 # What a tile costs beyond its elements (the loop step, the scalar base arithmetic, a copy's
@@ -91,12 +105,10 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
 # double-buffered in a vector core's 192 KB UB: 4096 for every combination of both ops
 # (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops to single buffering),
 # 8192 for the forward on 16-bit tensors (196608 bytes; each vector instruction's fixed cost
-# spread over twice the elements: 0.81 -> 0.73 of the HBM time at 1.8 TB/s). tests/ascend
-# checks it for every combination and target.
+# spread over twice the elements). tests/ascend checks it for every combination and target.
 NPU_TILE = 4096
 NPU_TILE_FWD_16BIT = 8192
-# GPU, one program per tile: on an H200, 1024 elements was best or within 1% of best on four
-# of six large rows; 4096 and 8192 lost up to 36%.
+# GPU, one program per tile (docs/performance.md compares tile sizes).
 GPU_TILE = 1024
 
 
@@ -108,14 +120,17 @@ def npu_tile(op: str, dtypes: Sequence[str]) -> int:
 
 
 @functools.lru_cache(maxsize=512)
-def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile: int):
+def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile: int,
+              first_output: int = 0):
     """(copied, layout, tiles) of one call, cached by shape, strides and tile size (a call
-    repeated in a training step is planned once). copied[i]: tensor i's innermost dim is not
-    contiguous, so it goes through a compact copy; the layout is that of what the kernel
-    then sees."""
-    copied = tuple(collapse(shape, [s]) is None for s in strides)
+    repeated in a training step is planned once). copied[i]: tensor i goes through a compact
+    copy, because collapse() cannot take the call as it is; the layout is that of what the
+    kernel then sees."""
     compact = compact_strides(shape)
-    layout = collapse(shape, [compact if c else s for c, s in zip(copied, strides)])
+    layout = collapse(shape, strides, first_output)
+    copied = (False,) * len(strides) if layout else tuple(
+        any(n > 1 and s != c for n, s, c in zip(shape, st, compact)) for st in strides)
+    layout = layout or collapse(shape, [compact] * len(strides), first_output)
     return copied, layout, choose_tiles(layout, tile)
 
 
@@ -129,6 +144,6 @@ def kernel_arguments(op, ptrs, layout, tiles):
         ptr, (sa, sb, sr) = by_slot.get(name, by_slot["z"])
         args.update({name + "_ptr": ptr, name + "_sa": sa, name + "_sb": sb, name + "_sr": sr})
     outs = [p for p, n in zip(ptrs, SLOTS[op]) if n in ("dz", "dos")]
-    consts = {"BACKWARD": op == "bwd", "LEAN": all(p.element_size() == 2 for p in outs),
+    consts = {"BACKWARD": op == "bwd", "OUT16": all(p.element_size() == 2 for p in outs),
               "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
     return args, consts
