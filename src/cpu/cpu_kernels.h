@@ -63,12 +63,12 @@ typedef struct zg_cpu_kernels {
   zg_store_fn store[3];
   zg_bwd_fn bwd;
   zg_fwd_fn fwd;
-  /* Optional (NULL = use bwd / fwd): the cheaper recipe of simd_exp.h, accurate enough only
+  /* Optional (NULL = use bwd / fwd): the 16-bit recipe of simd_exp.h, accurate enough only
    * when every output of the problem is float16 or bfloat16. */
-  zg_bwd_fn bwd16;
-  zg_fwd_fn fwd16;
+  zg_bwd_fn bwd_out16;
+  zg_fwd_fn fwd_out16;
   /* Optional (NULL = staged): row kernels per dtype, which widen, compute and narrow in
-   * registers (simd_exp.h's recipe for the dtype: the accurate one for float32, the cheap
+   * registers (simd_exp.h's recipe for the dtype: the accurate one for float32, the 16-bit
    * one for the 16-bit types). */
   zg_rows_fn bwd_rows[3];
   zg_rows_fn fwd_rows[3];

@@ -13,8 +13,8 @@
  * 4. Else staged: per item, blocks of up to ZG_CPU_BLOCK elements gathered from one or more
  *    row pieces: widen each input into float staging (a float32 input contiguous over the
  *    whole block is used in place, no copy), run the ISA's float kernel, narrow into each
- *    output. When every output is float16/bfloat16 the float kernel is the ISA's cheaper
- *    bwd16/fwd16 (simd_exp.h), if it has one.
+ *    output. When every output is float16/bfloat16 the float kernel is the ISA's 16-bit
+ *    bwd_out16/fwd_out16 (simd_exp.h), if it has one.
  * In place (dout_scaled is dout) is safe in both: an element is read before it is written.
  * Outputs that are dense and large (ZG_STREAM_BYTES) are written non-temporally wherever
  * they start: each row (step 3) or run (step 4) streams its whole 64-byte lines and stores
@@ -50,7 +50,7 @@ typedef struct zg_plan {
   int64_t lead;            /* elements before the first streamed output's first line */
   zg_rows_fn rows;         /* step 3's kernel, or NULL: staged */
   int64_t prefetch;        /* step 3's software prefetch distance, bytes (zg_cpu_prefetch) */
-  zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd16, ...) */
+  zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd_out16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
 
@@ -82,7 +82,7 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
     pl->lead = zg_line_head(p->t[t].data, zg_esize(pl, t), INT64_MAX);
   }
 
-  /* kernels: the cheap recipe when no output is float32; rows when step 3 applies */
+  /* kernels: the 16-bit recipe when no output is float32; rows when step 3 applies */
   int out16 = 1, same = 1, contiguous = 1;
   const int dt = (int)p->t[0].dtype;
   for (int t = 0; t < pl->ntensors; t++) {
@@ -90,8 +90,8 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
     if ((int)p->t[t].dtype != dt) same = 0;
     if (p->t[t].strides[inner] != 1) contiguous = 0;
   }
-  pl->bwd = out16 && kt->bwd16 ? kt->bwd16 : kt->bwd;
-  pl->fwd = out16 && kt->fwd16 ? kt->fwd16 : kt->fwd;
+  pl->bwd = out16 && kt->bwd_out16 ? kt->bwd_out16 : kt->bwd;
+  pl->fwd = out16 && kt->fwd_out16 ? kt->fwd_out16 : kt->fwd;
   zg_rows_fn rows = pl->n_in == 3 ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
   if (!(same && contiguous && rows && p->shape[inner] >= ZG_ROW_MIN)) return;
   pl->rows = rows;

@@ -29,7 +29,7 @@ static void zg_fwd_scalar(float *out, const float *o, const float *z, int64_t n)
   for (int64_t i = 0; i < n; i++) out[i] = zg_gate_fwd_f32(o[i], z[i]);
 }
 
-/* No bwd16/fwd16 (the float kernels serve 16-bit outputs too), no row kernels: staged. */
+/* No bwd_out16/fwd_out16 (the float kernels serve 16-bit outputs too), no row kernels: staged. */
 static const zg_cpu_kernels zg_kernels_scalar_table = {
     .name = "scalar",
     .load = {zg_load_f32_scalar, zg_load_f16_scalar, zg_load_bf16_scalar},

@@ -6,14 +6,14 @@
  * carries the ISA (zg_cpu_kernels_avx2, ...).
  *
  * The recipes are documented in simd_exp.h: the accurate one for float32 outputs (bwd, fwd,
- * the float32 row kernels), the cheap one when every output is 16-bit (bwd16, fwd16 and the
- * float16/bfloat16 row kernels, where the mapping has VEC_HAS_FAST). AVX2 and NEON use the
+ * the float32 row kernels), the 16-bit one when every output is 16-bit (bwd_out16, fwd_out16 and the
+ * float16/bfloat16 row kernels, where the mapping has VEC_HAS_OUT16). AVX2 and NEON use the
  * same operations in the same order and give the same bits; AVX-512 takes 1/(1 + e) from
  * rcp14 and 2^k from scalef (the same bound, not always the same bits).
  *
  * Every element goes through the same vector code (tails are masked or run on a zero-padded
  * copy), so a result never depends on where a block or a run starts or ends: any thread
- * count gives the same bits. Lanes whose result comes out inf or NaN, and in the cheap
+ * count gives the same bits. Lanes whose result comes out inf or NaN, and in the 16-bit
  * recipe lanes near the root of 1 + z(1 - s), are recomputed by gate_math.h's float64
  * formula on their inputs (zg_gate_bwd_f32 / zg_gate_fwd_f32), the same function the scalar
  * path uses: every NaN result of every CPU path is the default quiet NaN 0x7fc00000. */
@@ -315,8 +315,8 @@ ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t 
   }
 }
 
-#if VEC_HAS_FAST
-/* ---- the cheap recipe (simd_exp.h, "fast recipe"): problems with 16-bit outputs only ----
+#if VEC_HAS_OUT16
+/* ---- the 16-bit recipe (simd_exp.h): problems with 16-bit outputs only ----
  * bf selects the bfloat16 variant, a constant at every call site: on AVX-512 the exp's
  * degree-4 polynomial, rcp14 without the Newton step and t = (d + z w) r; on every ISA it
  * drops the root test (bfloat16 runs: a bfloat16 z is never within 2.8e-3 of the root). */
@@ -325,7 +325,7 @@ ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t 
  * within ~1.7e-7 relative for normal results. AVX-512: y = -|z| log2(e), f = y - round(y)
  * by VREDUCEPS, 2^f by G (or H with bf), scalef; no clamp needed (y = -inf gives f = 0 and
  * scalef(p, -inf) = 0). */
-ZG_INLINE V exp_fast(V z, int bf) {
+ZG_INLINE V exp_out16(V z, int bf) {
   const V one = v_set1(1.0f);
 #if VEC_HAS_AVX512
   V y = v_mul(v_negabs(z), v_set1(ZG_EXP_LOG2E));
@@ -362,9 +362,9 @@ ZG_INLINE V exp_fast(V z, int bf) {
  * where test_special wants dz = dout*o*s exact), AVX-512 rcp14 and one Newton step (none
  * with bf). t = (d + z w) r with w = 1 for z < 0, E for z >= 0 (at the root only d's
  * rounding and E's error reach t), except AVX-512 without bf: fma(z, 1 - s, 1). */
-ZG_INLINE void sigmoid_fast(int bf, V z, V *s, V *oms, V *t) {
+ZG_INLINE void sigmoid_out16(int bf, V z, V *s, V *oms, V *t) {
   const V one = v_set1(1.0f);
-  V e = exp_fast(z, bf);
+  V e = exp_out16(z, bf);
   V d = v_add(one, e);
 #if VEC_HAS_AVX512
   V r = v_rcp14(d);
@@ -382,9 +382,9 @@ ZG_INLINE void sigmoid_fast(int bf, V z, V *s, V *oms, V *t) {
 /* dz = (dout*o) * (s*t), dos = (dout*z) * s, out = (o*z) * s: the products of two inputs
  * first (simd_exp.h). Lanes with an inf or NaN result, and for bwd without bf those with
  * |t| < 2^-6 (z within ~1e-8 of the root makes t smaller than its error), go to gate_fix. */
-ZG_INLINE void gate_fast(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
+ZG_INLINE void gate_out16(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
   V s, oms, t, a0, a1 = v_zero(), chk;
-  sigmoid_fast(bf, x1, &s, &oms, &t);
+  sigmoid_out16(bf, x1, &s, &oms, &t);
   if (op == ZG_BWD) {
     a0 = v_mul(v_mul(x0, x2), v_mul(s, t));
     a1 = v_mul(v_mul(x0, x1), s);
@@ -400,28 +400,28 @@ ZG_INLINE void gate_fast(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
   *r1 = a1;
 }
 
-/* Staged float kernels with the cheap recipe (table entries bwd16 / fwd16). */
-ZG_INLINE void fast_kernel(int op, float *o0, float *o1, const float *i0, const float *i1,
+/* Staged float kernels with the 16-bit recipe (table entries bwd_out16 / fwd_out16). */
+ZG_INLINE void out16_kernel(int op, float *o0, float *o1, const float *i0, const float *i1,
                            const float *i2, int64_t n) {
   const float *in[3] = {i0, i1, i2};
   for (int64_t j = 0; j < n; j += VL) {
     V r0, r1;
     ZG_LD3(op, in, j, n - j, x0, x1, x2);
-    gate_fast(op, 0, x0, x1, x2, &r0, &r1);
+    gate_out16(op, 0, x0, x1, x2, &r0, &r1);
     v_st_part(o0 + j, n - j, r0);
     if (op == ZG_BWD) v_st_part(o1 + j, n - j, r1);
   }
 }
-ZG_KERNEL_FNS(16_kernel, fast_kernel)
+ZG_KERNEL_FNS(_out16_kernel, out16_kernel)
 
 /* 16-bit rows: 2*VL elements per step, widened and narrowed in registers (the
  * mapping's v2_ld_run / v2_st_run; with cvt, AVX512_BF16's narrowing). */
-ZG_INLINE void fast_step(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t at,
+ZG_INLINE void out16_step(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t at,
                          int nt0, int nt1) {
   V2 x0 = v2_ld_run(dt, in[0] + at), x1 = v2_ld_run(dt, in[1] + at);
   V2 x2 = op == ZG_BWD ? v2_ld_run(dt, in[2] + at) : x1, r0, r1;
-  gate_fast(op, dt == ZG_BF16, x0.a, x1.a, x2.a, &r0.a, &r1.a);
-  gate_fast(op, dt == ZG_BF16, x0.b, x1.b, x2.b, &r0.b, &r1.b);
+  gate_out16(op, dt == ZG_BF16, x0.a, x1.a, x2.a, &r0.a, &r1.a);
+  gate_out16(op, dt == ZG_BF16, x0.b, x1.b, x2.b, &r0.b, &r1.b);
   for (int k = 0; k < (op == ZG_BWD ? 2 : 1); k++) {
 #if VEC_HAS_BF16CVT
     if (cvt) {
@@ -435,36 +435,36 @@ ZG_INLINE void fast_step(int op, int dt, int cvt, char *const *out, const char *
 }
 
 /* Fewer than 2*VL elements through zero-filled buffers (the unused lanes compute harmlessly). */
-ZG_INLINE void fast_part(int op, int dt, char *const *out, const char *const *in, int64_t at, int64_t m) {
+ZG_INLINE void out16_part(int op, int dt, char *const *out, const char *const *in, int64_t at, int64_t m) {
   _Alignas(64) char b[5][4 * VL] = {{0}};
   char *bout[2] = {b[3], b[4]};
   const char *bin[3] = {b[0], b[1], b[2]};
   const int no = op == ZG_BWD ? 2 : 1;
   for (int t = 0; t < 3 - op; t++) memcpy(b[t], in[t] + at, (size_t)(m * 2));
-  fast_step(op, dt, 0, bout, bin, 0, 0, 0);
+  out16_step(op, dt, 0, bout, bin, 0, 0, 0);
   for (int k = 0; k < no; k++) memcpy(out[k] + at, bout[k], (size_t)(m * 2));
 }
 
 /* Elements [i0, i1) of one 16-bit row: whole steps of 2*VL elements (non-temporal where nt0
  * / nt1: the part is whole lines then), then the rest. */
-ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t i0,
+ZG_INLINE void row_out16(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t i0,
                         int64_t i1, int nt0, int nt1, const zg_pf *pf) {
   const int64_t es = 2, step = 2 * VL;
   int64_t i = i0;
   for (; i + step <= i1; i += step) {
     if (pf->dist) prefetch_at(op, in, pf, i * es);
-    fast_step(op, dt, cvt, out, in, i * es, nt0, nt1);
+    out16_step(op, dt, cvt, out, in, i * es, nt0, nt1);
   }
-  if (i < i1) fast_part(op, dt, out, in, i * es, i1 - i);
+  if (i < i1) out16_part(op, dt, out, in, i * es, i1 - i);
 }
-#endif /* VEC_HAS_FAST */
+#endif /* VEC_HAS_OUT16 */
 
 /* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator, dtype dt and cvt (the
- * AVX512_BF16 narrowing): the parts of each row by row_acc (float32) or row_fast. */
+ * AVX512_BF16 narrowing): the parts of each row by row_acc (float32) or row_out16. */
 #define ZG_ROW_PART(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf)                                 \
   do {                                                                                           \
     if (dt == ZG_F32) row_acc(op, out, in, i0, i1, nt0, nt1, pf);                                \
-    else row_fast(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf);                                   \
+    else row_out16(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf);                                   \
   } while (0)
 #define ZG_ROWS_FN(name, ATTR, op, dt, cvt)                                                      \
   ATTR static void name(const zg_rows *r) {                                                      \
@@ -486,7 +486,7 @@ ZG_INLINE void row_fast(int op, int dt, int cvt, char *const *out, const char *c
 #define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \
   ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, dt, cvt) \
   ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, dt, cvt)
-#if VEC_HAS_FAST
+#if VEC_HAS_OUT16
 ZG_ROWS_FNS(f32, , ZG_F32, 0)
 ZG_ROWS_FNS(f16, , ZG_F16, 0)
 ZG_ROWS_FNS(bf16, , ZG_BF16, 0)
@@ -497,11 +497,11 @@ ZG_ROWS_FNS(bf16_cvt, VEC_TARGET_BF16, ZG_BF16, 1)
 
 /* ---- the tables --------------------------------------------------------------------------- */
 
-#if VEC_HAS_FAST
+#if VEC_HAS_OUT16
 #define ZG_TABLE(BF16_ROWS)                                                                      \
   {VEC_NAME,         {load_f32, load_f16, load_bf16},       {store_f32, store_f16, store_bf16}, \
-   bwd_kernel,       fwd_kernel,                            bwd16_kernel,                       \
-   fwd16_kernel,     {bwd_rows_f32, bwd_rows_f16, bwd_rows_##BF16_ROWS},                       \
+   bwd_kernel,       fwd_kernel,                            bwd_out16_kernel,                       \
+   fwd_out16_kernel,     {bwd_rows_f32, bwd_rows_f16, bwd_rows_##BF16_ROWS},                       \
    {fwd_rows_f32, fwd_rows_f16, fwd_rows_##BF16_ROWS}}
 #else /* staged only; 16-bit outputs take the float kernels; streaming is ignored */
 #define ZG_TABLE(BF16_ROWS)                                                                      \

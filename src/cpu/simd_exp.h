@@ -68,7 +68,7 @@
 #define ZG_EXP_Q4 0x1.6d4324p-10f
 #define ZG_EXP_Q5 0x1.a124f2p-13f
 
-/* ---- the fast recipe: only for problems whose outputs are all float16/bfloat16 ----------
+/* ---- the 16-bit recipe: only for problems whose outputs are all float16/bfloat16 ----------
  *
  * A 16-bit output passes the policy when the float32 value f it is rounded from is within
  * half an ulp of the type of the float64 reference (|f - ref| <= 2^-9 |ref| for bfloat16,

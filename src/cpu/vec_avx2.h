@@ -16,7 +16,7 @@ typedef struct { V a, b; } V2; /* 2*VL elements of a row kernel */
 #define VEC_ISA avx2
 #define VEC_NAME "avx2"
 #define VEC_CHUNK 64      /* elements per two-pass chunk (its exp buffers stay in L1) */
-#define VEC_HAS_FAST 1    /* the 16-bit recipe and the row kernels */
+#define VEC_HAS_OUT16 1    /* the 16-bit recipe and the row kernels */
 #define VEC_HAS_STREAM 1  /* non-temporal stores */
 #define VEC_HAS_AVX512 0  /* rcp14, scalef, VREDUCEPS */
 #define VEC_HAS_BF16CVT 0

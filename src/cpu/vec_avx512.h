@@ -28,7 +28,7 @@ typedef struct { V a, b; } V2; /* 2*VL elements of a row kernel */
 #define VEC_ISA avx512
 #define VEC_NAME "avx512"
 #define VEC_CHUNK 128
-#define VEC_HAS_FAST 1
+#define VEC_HAS_OUT16 1
 #define VEC_HAS_STREAM 1
 #define VEC_HAS_AVX512 1
 #define VEC_HAS_BF16CVT 1 /* a second table, chosen by dispatch on CPUs with AVX512_BF16 */

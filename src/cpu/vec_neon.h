@@ -28,7 +28,7 @@ typedef int32x4_t VI;
 #define VEC_ISA neon
 #define VEC_NAME "neon"
 #define VEC_CHUNK 64
-#define VEC_HAS_FAST 0 /* float kernels only: 16-bit outputs take the accurate recipe */
+#define VEC_HAS_OUT16 0 /* float kernels only: 16-bit outputs take the accurate recipe */
 #define VEC_HAS_STREAM 0
 #define VEC_HAS_AVX512 0
 #define VEC_HAS_BF16CVT 0

@@ -1,11 +1,11 @@
-/* The cheap recipe for 16-bit outputs and the fused runs of one x86 SIMD path
+/* The 16-bit recipe and the fused runs of one x86 SIMD path
  * (src/cpu/kernels_simd.c over vec_avx2.h or vec_avx512.h, picked by ZG_TEST_AVX512 as in
  * test_simd_exp.c; the kernel file is included whole):
- *   - bwd16 / fwd16 (simd_exp.h "fast recipe") rounded to float16 and to bfloat16 meet the
+ *   - bwd_out16 / fwd_out16 (simd_exp.h, the 16-bit recipe) rounded to float16 and to bfloat16 meet the
  *     numerics policy (check/zgate_check.h's oracle) with margin on random inputs, on a
  *     dense sweep of the root of 1 + z(1-s) and on the subnormal-s region; the float32
  *     error at the root is printed in ulp of the scale (the analysis says ~1/3 of 4);
- *   - the fused runs give the same bits as staging (load, bwd16/fwd16 or bwd/fwd, store)
+ *   - the fused runs give the same bits as staging (load, bwd_out16/fwd_out16 or bwd/fwd, store)
  *     for float32 and float16, and as one whole run for bfloat16 (its runs use the
  *     recipe's bfloat16 form and skip the root test, so staging differs there), whatever
  *     the run is split into, streaming or not, in place or not, special values included;
@@ -48,14 +48,14 @@ typedef int64_t VMASK;
 static VMASK vmask(int64_t rem) { return rem; }
 static vf vmload(VMASK k, const float *p) { return v_ld_part(p, k); }
 static void vmstore(VMASK k, float *p, vf v) { v_st_part(p, k, v); }
-/* AVX2 has one fast recipe for both 16-bit types (simd_exp.h) */
-#define BF16_OWN_RECIPE 1 /* fused bfloat16 runs skip the root test that bwd16 does */
+/* AVX2 has one 16-bit recipe for both 16-bit types (simd_exp.h) */
+#define BF16_OWN_RECIPE 1 /* fused bfloat16 runs skip the root test that bwd_out16 does */
 #endif
-/* the cheap recipe of kernels_simd.c; bf: the bfloat16 variant (no root test) */
-#define VBWD_FAST(bf, d, z, o, dz, dos) gate_fast(ZG_BWD, bf, d, z, o, dz, dos)
+/* the 16-bit recipe of kernels_simd.c; bf: the bfloat16 variant (no root test) */
+#define VBWD_FAST(bf, d, z, o, dz, dos) gate_out16(ZG_BWD, bf, d, z, o, dz, dos)
 static vf VFWD_FAST(int bf, vf o, vf z) {
   vf r0, r1;
-  gate_fast(ZG_FWD, bf, o, z, z, &r0, &r1);
+  gate_out16(ZG_FWD, bf, o, z, z, &r0, &r1);
   return r0;
 }
 
@@ -152,12 +152,12 @@ static void judge(const char *what, int t, const float *dout, const float *z, co
 static void test_fast_recipe_policy(void **state) {
   (void)state;
   const zg_cpu_kernels *k = table();
-#ifdef ZG_EXPECT_FAST
-  assert_non_null(k->bwd16);
-  assert_non_null(k->fwd16);
+#ifdef ZG_EXPECT_OUT16
+  assert_non_null(k->bwd_out16);
+  assert_non_null(k->fwd_out16);
 #endif
-  if (!k->bwd16 || !k->fwd16) {
-    printf("[%s] no fast recipe in this table\n", isa_name);
+  if (!k->bwd_out16 || !k->fwd_out16) {
+    printf("[%s] no 16-bit recipe in this table\n", isa_name);
     return;
   }
   float *dout = malloc(NN * 4), *z = malloc(NN * 4), *o = malloc(NN * 4);
@@ -165,10 +165,10 @@ static void test_fast_recipe_policy(void **state) {
   assert_non_null(out);
   fill_inputs(dout, z, o, NN);
   double w16[3] = {0}, wbf[3] = {0}, wvar[3] = {0}, root = 0, root_var = 0;
-  k->bwd16(dz, dos, dout, z, o, NN);
-  k->fwd16(out, o, z, NN);
-  judge("fast", ZG_F16, dout, z, o, dz, dos, out, w16, &root, 0);
-  judge("fast", ZG_BF16, dout, z, o, dz, dos, out, wbf, &root, 0);
+  k->bwd_out16(dz, dos, dout, z, o, NN);
+  k->fwd_out16(out, o, z, NN);
+  judge("out16", ZG_F16, dout, z, o, dz, dos, out, w16, &root, 0);
+  judge("out16", ZG_BF16, dout, z, o, dz, dos, out, wbf, &root, 0);
   /* the bfloat16 variant only ever sees bfloat16 inputs (fused bfloat16 runs): round them */
   for (int64_t i = 0; i < NN; i++) {
     dout[i] = zg_bf16_to_f32(zg_f32_to_bf16(dout[i]));
@@ -178,7 +178,7 @@ static void test_fast_recipe_policy(void **state) {
   bwd_bf16_variant(dz, dos, dout, z, o, NN);
   fwd_bf16_variant(out, o, z, NN);
   judge("bf16 variant", ZG_BF16, dout, z, o, dz, dos, out, wvar, &root_var, 1);
-  printf("[%s] fast recipe, worst bound_ratio: f16 dz %.3f dos %.3f out %.3f; bf16 dz %.3f dos %.3f out %.3f;"
+  printf("[%s] 16-bit recipe, worst bound_ratio: f16 dz %.3f dos %.3f out %.3f; bf16 dz %.3f dos %.3f out %.3f;"
          " dz near the root within %.3f of the float32 bound\n",
          isa_name, w16[0], w16[1], w16[2], wbf[0], wbf[1], wbf[2], root);
   printf("[%s] its bfloat16 variant: bf16 dz %.3f dos %.3f out %.3f; dz near the root within %.3f of the"
@@ -232,7 +232,7 @@ static void staged_bwd(const zg_cpu_kernels *k, int t, void *dz, void *dos, cons
   k->load[t](f, dout, n, 1);
   k->load[t](f + n, z, n, 1);
   k->load[t](f + 2 * n, o, n, 1);
-  zg_bwd_fn bwd = t == ZG_F32 || !k->bwd16 ? k->bwd : k->bwd16;
+  zg_bwd_fn bwd = t == ZG_F32 || !k->bwd_out16 ? k->bwd : k->bwd_out16;
   for (int64_t i = 0; i < n; i += ZG_CPU_BLOCK) {
     int64_t m = n - i < ZG_CPU_BLOCK ? n - i : ZG_CPU_BLOCK;
     bwd(f + 3 * n + i, f + 4 * n + i, f + i, f + n + i, f + 2 * n + i, m);
@@ -247,7 +247,7 @@ static void staged_fwd(const zg_cpu_kernels *k, int t, void *out, const void *o,
   assert_non_null(f);
   k->load[t](f, o, n, 1);
   k->load[t](f + n, z, n, 1);
-  zg_fwd_fn fwd = t == ZG_F32 || !k->fwd16 ? k->fwd : k->fwd16;
+  zg_fwd_fn fwd = t == ZG_F32 || !k->fwd_out16 ? k->fwd : k->fwd_out16;
   for (int64_t i = 0; i < n; i += ZG_CPU_BLOCK) {
     int64_t m = n - i < ZG_CPU_BLOCK ? n - i : ZG_CPU_BLOCK;
     fwd(f + 2 * n + i, f + i, f + n + i, m);
@@ -319,7 +319,7 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
       char *rdz = ref + off * es, *rdos = ref + (RN + pad + off) * es, *rout = ref + (2 * (RN + pad) + off) * es;
       char *gdz = got + off * es, *gdos = got + (RN + pad + off) * es, *gout = got + (2 * (RN + pad) + off) * es;
       if (k->bwd_rows[t]) {
-        /* bfloat16 runs use the recipe's bfloat16 variant, which staging (bwd16, for any
+        /* bfloat16 runs use the recipe's bfloat16 variant, which staging (bwd_out16, for any
          * 16-bit output) does not: there the reference is one whole run, checked against
          * the policy by test_fast_recipe_policy and, end to end, by test_accuracy */
         if (t == ZG_BF16 && BF16_OWN_RECIPE) rows_call(k, t, 1, rdz, rdos, d, zz, oo, RN, 1, 0);
@@ -356,7 +356,7 @@ static void check_runs(const zg_cpu_kernels *k, const char *what) {
 static void test_fused_runs(void **state) {
   (void)state;
   const zg_cpu_kernels *k = table();
-#ifdef ZG_EXPECT_FAST
+#ifdef ZG_EXPECT_OUT16
   for (int t = ZG_F32; t <= ZG_BF16; t++) assert_non_null(k->bwd_rows[t]);
 #endif
   check_runs(k, "table");
