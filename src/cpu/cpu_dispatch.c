@@ -177,16 +177,6 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out) {
 static int64_t zg_prefetch_bytes;
 static pthread_once_t zg_prefetch_once = PTHREAD_ONCE_INIT;
 
-/* 1 on a CPU whose vendor string is GenuineIntel. */
-static int zg_is_intel(void) {
-#ifdef ZG_X86
-  unsigned a, b, c, d;
-  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
-#else
-  return 0;
-#endif
-}
-
 static void zg_prefetch_init(void) {
   const char *env = getenv("ZGATE_CPU_PREFETCH");
   if (env && *env) {
@@ -197,7 +187,7 @@ static void zg_prefetch_init(void) {
       return;
     }
   }
-  zg_prefetch_bytes = zg_is_intel() ? ZG_CPU_PREFETCH_INTEL : 0;
+  zg_prefetch_bytes = ZG_CPU_PREFETCH_DEFAULT;
 }
 
 int64_t zg_cpu_prefetch(void) {

@@ -90,10 +90,9 @@ int zg_cpu_resolve(const char *isa, const zg_cpu_kernels **out);
 
 /* cpu_dispatch.c: the row kernels' software prefetch distance in bytes (0 = none), chosen
  * once per process: ZGATE_CPU_PREFETCH where it holds a whole number in [0, 65536], else
- * ZG_CPU_PREFETCH_INTEL on Intel CPUs and none elsewhere (docs/performance.md has the A/B
- * behind the rule: it pays where the kernel is memory-bound and the hardware prefetchers
- * stop at each 4 KiB page). */
-#define ZG_CPU_PREFETCH_INTEL 4096
+ * ZG_CPU_PREFETCH_DEFAULT. The loop driver uses it only where an input's rows jump (z as a
+ * projection view); docs/performance.md has the A/B behind the distance. */
+#define ZG_CPU_PREFETCH_DEFAULT 1024
 int64_t zg_cpu_prefetch(void);
 
 /* cpu_loop.c, for tests: the plan for p with table k. *rows: 1 where it takes row kernels;

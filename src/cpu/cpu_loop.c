@@ -49,7 +49,7 @@ typedef struct zg_plan {
   int any_streaming;       /* some output is (a fence at the end) */
   int64_t lead;            /* elements before the first streamed output's first line */
   zg_rows_fn rows;         /* step 3's kernel, or NULL: staged */
-  int64_t prefetch;        /* step 3's software prefetch distance, bytes (zg_cpu_prefetch) */
+  int64_t prefetch;        /* step 3's software prefetch distance, bytes (0: rows never jump) */
   zg_bwd_fn bwd;           /* float kernels for staged blocks (bwd or bwd_out16, ...) */
   zg_fwd_fn fwd;
 } zg_plan;
@@ -95,7 +95,10 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   zg_rows_fn rows = pl->n_in == 3 ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
   if (!(same && contiguous && rows && p->shape[inner] >= ZG_ROW_MIN)) return;
   pl->rows = rows;
-  pl->prefetch = zg_cpu_prefetch();
+  /* software prefetch where an input's rows jump (z as a projection view): the hardware
+   * prefetchers follow a contiguous stream, not the jump to the next row */
+  for (int t = 0; t < pl->n_in && inner > 0; t++)
+    if (p->t[t].strides[inner - 1] != p->shape[inner]) pl->prefetch = zg_cpu_prefetch();
 }
 
 /* Calls fn once per maximal run of segments that continue each other in tensor t (the

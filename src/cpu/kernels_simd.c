@@ -434,37 +434,48 @@ ZG_INLINE void out16_step(int op, int dt, int cvt, char *const *out, const char 
   }
 }
 
-/* Fewer than 2*VL elements through zero-filled buffers (the unused lanes compute harmlessly). */
-ZG_INLINE void out16_part(int op, int dt, char *const *out, const char *const *in, int64_t at, int64_t m) {
-  _Alignas(64) char b[5][4 * VL] = {{0}};
+/* Elements [a, a + m) of a row of len elements, m < 2*VL, written alone: one whole step over
+ * a window of the row that holds them, its inputs read in place, or, in a row shorter than a
+ * step, over zero-filled copies. Lanes outside [a, a + m) are discarded, so what they read
+ * may already be overwritten (in place): every lane depends on its own inputs only. */
+ZG_INLINE void out16_part(int op, int dt, char *const *out, const char *const *in, int64_t a, int64_t m,
+                          int64_t len) {
+  const int64_t step = 2 * VL;
+  _Alignas(64) char b[5][4 * VL];
   char *bout[2] = {b[3], b[4]};
-  const char *bin[3] = {b[0], b[1], b[2]};
-  const int no = op == ZG_BWD ? 2 : 1;
-  for (int t = 0; t < 3 - op; t++) memcpy(b[t], in[t] + at, (size_t)(m * 2));
-  out16_step(op, dt, 0, bout, bin, 0, 0, 0);
-  for (int k = 0; k < no; k++) memcpy(out[k] + at, bout[k], (size_t)(m * 2));
+  const char *win[3] = {b[0], b[1], b[2]};
+  int64_t w = a; /* the window's first element */
+  if (len >= step) {
+    if (a + step > len) w = len - step;
+    for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) win[t] = in[t] + w * 2;
+  } else {
+    memset(b, 0, 3 * sizeof b[0]);
+    for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) memcpy(b[t], in[t] + a * 2, (size_t)(m * 2));
+  }
+  out16_step(op, dt, 0, bout, win, 0, 0, 0);
+  for (int k = 0; k < (op == ZG_BWD ? 2 : 1); k++) memcpy(out[k] + a * 2, bout[k] + (a - w) * 2, (size_t)(m * 2));
 }
 
-/* Elements [i0, i1) of one 16-bit row: whole steps of 2*VL elements (non-temporal where nt0
- * / nt1: the part is whole lines then), then the rest. */
+/* Elements [i0, i1) of one 16-bit row of len elements: whole steps of 2*VL elements
+ * (non-temporal where nt0 / nt1: the part is whole lines then), then the rest. */
 ZG_INLINE void row_out16(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t i0,
-                        int64_t i1, int nt0, int nt1, const zg_pf *pf) {
+                         int64_t i1, int64_t len, int nt0, int nt1, const zg_pf *pf) {
   const int64_t es = 2, step = 2 * VL;
   int64_t i = i0;
   for (; i + step <= i1; i += step) {
     if (pf->dist) prefetch_at(op, in, pf, i * es);
     out16_step(op, dt, cvt, out, in, i * es, nt0, nt1);
   }
-  if (i < i1) out16_part(op, dt, out, in, i * es, i1 - i);
+  if (i < i1) out16_part(op, dt, out, in, i, i1 - i, len);
 }
 #endif /* VEC_HAS_OUT16 */
 
 /* The row kernels of cpu_kernels.h (zg_rows_fn), one per operator, dtype dt and cvt (the
  * AVX512_BF16 narrowing): the parts of each row by row_acc (float32) or row_out16. */
-#define ZG_ROW_PART(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf)                                 \
+#define ZG_ROW_PART(op, dt, cvt, out, in, i0, i1, len, nt0, nt1, pf)                            \
   do {                                                                                           \
     if (dt == ZG_F32) row_acc(op, out, in, i0, i1, nt0, nt1, pf);                                \
-    else row_out16(op, dt, cvt, out, in, i0, i1, nt0, nt1, pf);                                   \
+    else row_out16(op, dt, cvt, out, in, i0, i1, len, nt0, nt1, pf);                             \
   } while (0)
 #define ZG_ROWS_FN(name, ATTR, op, dt, cvt)                                                      \
   ATTR static void name(const zg_rows *r) {                                                      \
@@ -478,9 +489,9 @@ ZG_INLINE void row_out16(int op, int dt, int cvt, char *const *out, const char *
       zg_pf pf = {{NULL, NULL, NULL}, r->prefetch, r->len * es};                                 \
       for (int t = 0; t < (op == ZG_BWD ? 3 : 2) && k + 1 < r->count; t++)                      \
         pf.next[t] = in[t] + r->in_step[t];                                                      \
-      ZG_ROW_PART(op, dt, cvt, out, in, 0, h, 0, 0, &pf);                                        \
-      ZG_ROW_PART(op, dt, cvt, out, in, h, hb, r->nt[0], r->nt[1], &pf);                         \
-      ZG_ROW_PART(op, dt, cvt, out, in, hb, r->len, 0, 0, &pf);                                  \
+      ZG_ROW_PART(op, dt, cvt, out, in, 0, h, r->len, 0, 0, &pf);                                \
+      ZG_ROW_PART(op, dt, cvt, out, in, h, hb, r->len, r->nt[0], r->nt[1], &pf);                 \
+      ZG_ROW_PART(op, dt, cvt, out, in, hb, r->len, r->len, 0, 0, &pf);                          \
     }                                                                                            \
   }
 #define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \
