@@ -19,7 +19,10 @@
  * Outputs that are dense and large (ZG_STREAM_BYTES) are written non-temporally wherever
  * they start: each row (step 3) or run (step 4) streams its whole 64-byte lines and stores
  * the partial lines at its ends ordinarily. Work items start on the first streamed output's
- * lines (zg_items), so no line of a dense output has two writers.
+ * lines (zg_items), so no line of a dense output has two writers. Streaming, line ownership
+ * and prefetch serve memory bandwidth alone: judge a change to them as docs/performance.md
+ * says ("What serves memory bandwidth"), never on a machine where the kernel is
+ * arithmetic-bound.
  */
 #include <string.h>
 
