@@ -95,7 +95,7 @@ static void zg_plan_build(const zg_problem *p, const zg_cpu_kernels *kt, zg_plan
   }
   pl->bwd = out16 && kt->bwd_out16 ? kt->bwd_out16 : kt->bwd;
   pl->fwd = out16 && kt->fwd_out16 ? kt->fwd_out16 : kt->fwd;
-  zg_rows_fn rows = pl->n_in == 3 ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
+  zg_rows_fn rows = p->op == ZG_OP_BWD ? kt->bwd_rows[dt] : kt->fwd_rows[dt];
   if (!(same && contiguous && rows && p->shape[inner] >= ZG_ROW_MIN)) return;
   pl->rows = rows;
   /* software prefetch where an input's rows jump (z as a projection view): the hardware
@@ -137,7 +137,7 @@ static void zg_run_block(const zg_plan *pl, const zg_cpu_kernels *k, const zg_se
     })
     in[t] = stage[t];
   }
-  if (pl->n_in == 3)
+  if (pl->p->op == ZG_OP_BWD)
     pl->bwd(stage[3], stage[4], in[ZG_BWD_DOUT], in[ZG_BWD_Z], in[ZG_BWD_O], bn);
   else
     pl->fwd(stage[2], in[ZG_FWD_O], in[ZG_FWD_Z], bn);

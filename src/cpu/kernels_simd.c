@@ -90,7 +90,6 @@ ZG_INLINE void sigmoid_pair(V z, V e, V elo, V *s, V *oms) {
  * this is what makes inf/NaN inputs and such products follow the formula. Rare: out of line
  * and by value, so the hot loops keep their registers. x0, x1, x2 are the op's inputs in the
  * order of its parameters (bwd: dout, z, o; fwd: o, z). */
-enum { ZG_BWD = 0, ZG_FWD = 1 };
 
 __attribute__((noinline, cold)) static void gate_fix(int op, unsigned m0, unsigned m1, V x0, V x1, V x2,
                                                      V *r0, V *r1) {
@@ -103,7 +102,7 @@ __attribute__((noinline, cold)) static void gate_fix(int op, unsigned m0, unsign
   for (int j = 0; j < VL; j++) {
     float f0, f1 = 0.0f;
     if (!(((m0 | m1) >> j) & 1u)) continue;
-    if (op == ZG_BWD) zg_gate_bwd_f32(a[j], b[j], c[j], &f0, &f1);
+    if (op == ZG_OP_BWD) zg_gate_bwd_f32(a[j], b[j], c[j], &f0, &f1);
     else f0 = zg_gate_fwd_f32(a[j], b[j]);
     if ((m0 >> j) & 1u) p[j] = f0;
     if ((m1 >> j) & 1u) q[j] = f1;
@@ -119,7 +118,7 @@ __attribute__((noinline, cold)) static void gate_fix(int op, unsigned m0, unsign
 ZG_INLINE void gate_acc(int op, V x0, V x1, V x2, V e, V elo, V *r0, V *r1, V *flag, int fix) {
   V s, oms, a0, a1 = v_zero(), chk;
   sigmoid_pair(x1, e, elo, &s, &oms);
-  if (op == ZG_BWD) {
+  if (op == ZG_OP_BWD) {
     V a, h;
     a0 = dz_acc(x0, x1, x2, s, oms, &a, &h); /* an infinite a: gate_fix */
     a1 = v_mul(v_mul(x0, x1), s);
@@ -131,7 +130,7 @@ ZG_INLINE void gate_acc(int op, V x0, V x1, V x2, V e, V elo, V *r0, V *r1, V *f
   if (!fix)
     *flag = v_fma(chk, v_zero(), *flag);
   else if (v_nonfinite_bits(chk))
-    gate_fix(op, v_nonfinite_bits(a0), op == ZG_BWD ? v_nonfinite_bits(a1) : 0u, x0, x1, x2, &a0, &a1);
+    gate_fix(op, v_nonfinite_bits(a0), op == ZG_OP_BWD ? v_nonfinite_bits(a1) : 0u, x0, x1, x2, &a0, &a1);
   *r0 = a0;
   *r1 = a1;
 }
@@ -150,7 +149,7 @@ ZG_INLINE void exp_pass(float *e, float *elo, const float *z, int64_t m) {
 /* Inputs of one vector at element i (fwd has two: x2 is not read). */
 #define ZG_LD3(op, in, i, rem, x0, x1, x2)                                               \
   V x0 = v_ld_part((in)[0] + (i), rem), x1 = v_ld_part((in)[1] + (i), rem),              \
-    x2 = (op) == ZG_BWD ? v_ld_part((in)[2] + (i), rem) : x1
+    x2 = (op) == ZG_OP_BWD ? v_ld_part((in)[2] + (i), rem) : x1
 
 /* The product pass over one chunk of m elements; returns the flag (only with fix = 0). */
 ZG_INLINE V acc_chunk(int op, float *const *out, const float *const *in, const float *e,
@@ -161,7 +160,7 @@ ZG_INLINE V acc_chunk(int op, float *const *out, const float *const *in, const f
     ZG_LD3(op, in, j, m - j, x0, x1, x2);
     gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, fix);
     v_st_part(out[0] + j, m - j, r0);
-    if (op == ZG_BWD) v_st_part(out[1] + j, m - j, r1);
+    if (op == ZG_OP_BWD) v_st_part(out[1] + j, m - j, r1);
   }
   return flag;
 }
@@ -184,10 +183,10 @@ ZG_INLINE void acc_kernel(int op, float *o0, float *o1, const float *i0, const f
 #define ZG_KERNEL_FNS(sfx, IMPL)                                                                  \
   static void bwd##sfx(float *dz, float *dos, const float *dout, const float *z, const float *o, \
                        int64_t n) {                                                              \
-    IMPL(ZG_BWD, dz, dos, dout, z, o, n);                                                        \
+    IMPL(ZG_OP_BWD, dz, dos, dout, z, o, n);                                                        \
   }                                                                                              \
   static void fwd##sfx(float *out, const float *o, const float *z, int64_t n) {                  \
-    IMPL(ZG_FWD, out, 0, o, z, 0, n);                                                            \
+    IMPL(ZG_OP_FWD, out, 0, o, z, 0, n);                                                            \
   }
 ZG_KERNEL_FNS(_kernel, acc_kernel)
 
@@ -282,7 +281,7 @@ typedef struct zg_pf {
  * treats a function that only prefetches as const and drops calls it did not inline. */
 ZG_INLINE void prefetch_at(int op, const char *const *in, const zg_pf *pf, int64_t at) {
   const int64_t ahead = at + pf->dist;
-  for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) {
+  for (int t = 0; t < (op == ZG_OP_BWD ? 3 : 2); t++) {
     if (ahead < pf->row_bytes) __builtin_prefetch(in[t] + ahead, 0, 3);
     else if (pf->next[t] && ahead - pf->row_bytes < pf->row_bytes)
       __builtin_prefetch(pf->next[t] + (ahead - pf->row_bytes), 0, 3);
@@ -309,8 +308,8 @@ ZG_INLINE void row_acc(int op, char *const *out, const char *const *in, int64_t 
       gate_acc(op, x0, x1, x2, v_ld(e + j), v_ld(elo + j), &r0, &r1, &flag, 1);
       if (VEC_HAS_STREAM && nt0) v_stream(o0 + i + j, r0);
       else v_st_part(o0 + i + j, m - j, r0);
-      if (op == ZG_BWD && VEC_HAS_STREAM && nt1) v_stream(o1 + i + j, r1);
-      else if (op == ZG_BWD) v_st_part(o1 + i + j, m - j, r1);
+      if (op == ZG_OP_BWD && VEC_HAS_STREAM && nt1) v_stream(o1 + i + j, r1);
+      else if (op == ZG_OP_BWD) v_st_part(o1 + i + j, m - j, r1);
     }
   }
 }
@@ -385,7 +384,7 @@ ZG_INLINE void sigmoid_out16(int bf, V z, V *s, V *oms, V *t) {
 ZG_INLINE void gate_out16(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
   V s, oms, t, a0, a1 = v_zero(), chk;
   sigmoid_out16(bf, x1, &s, &oms, &t);
-  if (op == ZG_BWD) {
+  if (op == ZG_OP_BWD) {
     a0 = v_mul(v_mul(x0, x2), v_mul(s, t));
     a1 = v_mul(v_mul(x0, x1), s);
     chk = v_add(a0, a1);
@@ -394,7 +393,7 @@ ZG_INLINE void gate_out16(int op, int bf, V x0, V x1, V x2, V *r0, V *r1) {
     chk = a0;
   }
   unsigned bad = v_nonfinite_bits(chk);
-  if (op == ZG_BWD && !bf) bad |= v_lt_bits(v_abs(t), v_set1(0x1p-6f));
+  if (op == ZG_OP_BWD && !bf) bad |= v_lt_bits(v_abs(t), v_set1(0x1p-6f));
   if (__builtin_expect(bad != 0, 0)) gate_fix(op, bad, bad, x0, x1, x2, &a0, &a1);
   *r0 = a0;
   *r1 = a1;
@@ -409,7 +408,7 @@ ZG_INLINE void out16_kernel(int op, float *o0, float *o1, const float *i0, const
     ZG_LD3(op, in, j, n - j, x0, x1, x2);
     gate_out16(op, 0, x0, x1, x2, &r0, &r1);
     v_st_part(o0 + j, n - j, r0);
-    if (op == ZG_BWD) v_st_part(o1 + j, n - j, r1);
+    if (op == ZG_OP_BWD) v_st_part(o1 + j, n - j, r1);
   }
 }
 ZG_KERNEL_FNS(_out16_kernel, out16_kernel)
@@ -419,10 +418,10 @@ ZG_KERNEL_FNS(_out16_kernel, out16_kernel)
 ZG_INLINE void out16_step(int op, int dt, int cvt, char *const *out, const char *const *in, int64_t at,
                          int nt0, int nt1) {
   V2 x0 = v2_ld_run(dt, in[0] + at), x1 = v2_ld_run(dt, in[1] + at);
-  V2 x2 = op == ZG_BWD ? v2_ld_run(dt, in[2] + at) : x1, r0, r1;
+  V2 x2 = op == ZG_OP_BWD ? v2_ld_run(dt, in[2] + at) : x1, r0, r1;
   gate_out16(op, dt == ZG_BF16, x0.a, x1.a, x2.a, &r0.a, &r1.a);
   gate_out16(op, dt == ZG_BF16, x0.b, x1.b, x2.b, &r0.b, &r1.b);
-  for (int k = 0; k < (op == ZG_BWD ? 2 : 1); k++) {
+  for (int k = 0; k < (op == ZG_OP_BWD ? 2 : 1); k++) {
 #if VEC_HAS_BF16CVT
     if (cvt) {
       v2_st_run_bf16cvt(out[k] + at, k ? r1 : r0, k ? nt1 : nt0);
@@ -447,13 +446,13 @@ ZG_INLINE void out16_part(int op, int dt, char *const *out, const char *const *i
   int64_t w = a; /* the window's first element */
   if (len >= step) {
     if (a + step > len) w = len - step;
-    for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) win[t] = in[t] + w * 2;
+    for (int t = 0; t < (op == ZG_OP_BWD ? 3 : 2); t++) win[t] = in[t] + w * 2;
   } else {
     memset(b, 0, 3 * sizeof b[0]);
-    for (int t = 0; t < (op == ZG_BWD ? 3 : 2); t++) memcpy(b[t], in[t] + a * 2, (size_t)(m * 2));
+    for (int t = 0; t < (op == ZG_OP_BWD ? 3 : 2); t++) memcpy(b[t], in[t] + a * 2, (size_t)(m * 2));
   }
   out16_step(op, dt, 0, bout, win, 0, 0, 0);
-  for (int k = 0; k < (op == ZG_BWD ? 2 : 1); k++) memcpy(out[k] + a * 2, bout[k] + (a - w) * 2, (size_t)(m * 2));
+  for (int k = 0; k < (op == ZG_OP_BWD ? 2 : 1); k++) memcpy(out[k] + a * 2, bout[k] + (a - w) * 2, (size_t)(m * 2));
 }
 
 /* Elements [i0, i1) of one 16-bit row of len elements: whole steps of 2*VL elements
@@ -483,11 +482,11 @@ ZG_INLINE void row_out16(int op, int dt, int cvt, char *const *out, const char *
     for (int64_t k = 0; k < r->count; k++) {                                                     \
       /* fwd's in[2] and out[1] are NULL: never offset */                                      \
       char *out[2] = {r->out[0] + k * r->out_step[0],                                            \
-                      op == ZG_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
+                      op == ZG_OP_BWD ? r->out[1] + k * r->out_step[1] : NULL};                     \
       const char *in[3] = {r->in[0] + k * r->in_step[0], r->in[1] + k * r->in_step[1],           \
-                           op == ZG_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
+                           op == ZG_OP_BWD ? r->in[2] + k * r->in_step[2] : NULL};                  \
       zg_pf pf = {{NULL, NULL, NULL}, r->prefetch, r->len * es};                                 \
-      for (int t = 0; t < (op == ZG_BWD ? 3 : 2) && k + 1 < r->count; t++)                      \
+      for (int t = 0; t < (op == ZG_OP_BWD ? 3 : 2) && k + 1 < r->count; t++)                      \
         pf.next[t] = in[t] + r->in_step[t];                                                      \
       ZG_ROW_PART(op, dt, cvt, out, in, 0, h, r->len, 0, 0, &pf);                                \
       ZG_ROW_PART(op, dt, cvt, out, in, h, hb, r->len, r->nt[0], r->nt[1], &pf);                 \
@@ -495,8 +494,8 @@ ZG_INLINE void row_out16(int op, int dt, int cvt, char *const *out, const char *
     }                                                                                            \
   }
 #define ZG_ROWS_FNS(sfx, ATTR, dt, cvt)              \
-  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_BWD, dt, cvt) \
-  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_FWD, dt, cvt)
+  ZG_ROWS_FN(bwd_rows_##sfx, ATTR, ZG_OP_BWD, dt, cvt) \
+  ZG_ROWS_FN(fwd_rows_##sfx, ATTR, ZG_OP_FWD, dt, cvt)
 #if VEC_HAS_OUT16
 ZG_ROWS_FNS(f32, , ZG_F32, 0)
 ZG_ROWS_FNS(f16, , ZG_F16, 0)

@@ -52,10 +52,10 @@ static void vmstore(VMASK k, float *p, vf v) { v_st_part(p, k, v); }
 #define BF16_OWN_RECIPE 1 /* fused bfloat16 runs skip the root test that bwd_out16 does */
 #endif
 /* the 16-bit recipe of kernels_simd.c; bf: the bfloat16 variant (no root test) */
-#define VBWD_FAST(bf, d, z, o, dz, dos) gate_out16(ZG_BWD, bf, d, z, o, dz, dos)
+#define VBWD_FAST(bf, d, z, o, dz, dos) gate_out16(ZG_OP_BWD, bf, d, z, o, dz, dos)
 static vf VFWD_FAST(int bf, vf o, vf z) {
   vf r0, r1;
-  gate_out16(ZG_FWD, bf, o, z, z, &r0, &r1);
+  gate_out16(ZG_OP_FWD, bf, o, z, z, &r0, &r1);
   return r0;
 }
 
