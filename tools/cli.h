@@ -57,6 +57,11 @@ extern const char *const cli_layout_about[CLI_NLAYOUTS]; /* what each name means
 
 /* The options of `zgate check` and `zgate bench`; each command takes the shared ones and
  * its own (CLI_SHARED_OPTS plus its table). */
+/* Where a view's first element sits within a 64-byte line: 16 bytes past one, where glibc's
+ * malloc puts every block it maps (large buffers as users allocate them; NumPy's too), or on
+ * a line. Fixed, not whatever malloc returns this time, so that runs compare. */
+typedef enum { CLI_PLACE_MALLOC, CLI_PLACE_LINE } cli_placement;
+
 typedef struct cli_cfg {
   const char *cmd;
   int64_t shapes[CLI_MAX_SHAPES][4];
@@ -71,7 +76,7 @@ typedef struct cli_cfg {
   const char *report;
   int special;
   int repeats, warmup, settle, plot;
-  int placement; /* cli_placement of every tensor (bench --aligned) */
+  cli_placement placement; /* of every tensor (bench --aligned) */
   const char *json, *png;
 } cli_cfg;
 
@@ -129,10 +134,6 @@ typedef struct cli_buf {
   int on_device;
 } cli_buf;
 
-/* Where a view's first element sits within a 64-byte line: 16 bytes past one, where glibc's
- * malloc puts every block it maps (large buffers as users allocate them; NumPy's too), or on
- * a line. Fixed, not whatever malloc returns this time, so that runs compare. */
-typedef enum { CLI_PLACE_MALLOC, CLI_PLACE_LINE } cli_placement;
 /* Allocates tensor `which` (CLI_DOUT..CLI_DOS) of `layout` at `placement`, poisoned (all bits
  * set, a NaN in every dtype). Returns 0, or -1 when out of memory. */
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype,
@@ -140,6 +141,8 @@ int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4
 /* The bytes cli_buf_make allocates for that tensor, guards included. */
 double cli_buf_bytes(int which, cli_layout layout, const int64_t shape[4], DLDataType dtype);
 void cli_buf_free(cli_buf *b);
+/* The view's first element in host memory. */
+unsigned char *cli_buf_first(const cli_buf *b);
 /* The DLTensor of the view, in device or host memory as the buffer says. */
 DLTensor cli_buf_tensor(const cli_buf *b);
 /* Element (i0,i1,i2,i3) of the view, as a double, and stores rounding to nearest even. */

@@ -42,7 +42,7 @@ int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4
   if (!b->host) return -1;
   /* the view's first element 16 bytes past a line or on one: whole elements either way */
   const uintptr_t want = placement == CLI_PLACE_LINE ? 0 : 16;
-  const uintptr_t at = ((uintptr_t)b->host + (uintptr_t)(b->offset * b->esize)) & 63u;
+  const uintptr_t at = (uintptr_t)cli_buf_first(b) & 63u;
   b->offset += (int64_t)((want - at) & 63u) / b->esize;
   cli_buf_poison(b);
   return 0;
@@ -54,6 +54,8 @@ void cli_buf_free(cli_buf *b) {
   free(b->snapshot);
   memset(b, 0, sizeof *b);
 }
+
+unsigned char *cli_buf_first(const cli_buf *b) { return b->host + b->offset * b->esize; }
 
 DLTensor cli_buf_tensor(const cli_buf *b) {
   DLTensor t = {0};

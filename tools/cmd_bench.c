@@ -256,7 +256,7 @@ static void run_config(const cli_cfg *cfg, bench_result *r) {
   for (int i = 0; i < CLI_NT && ok; i++)
     if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i], cfg->placement))
       ok = 0;
-  if (ok) r->out_line_offset = (int)(((uintptr_t)b[CLI_DZ].host + (uintptr_t)(b[CLI_DZ].offset * b[CLI_DZ].esize)) & 63u);
+  if (ok) r->out_line_offset = (int)((uintptr_t)cli_buf_first(&b[CLI_DZ]) & 63u);
   for (int i = 0; i < 3 && ok; i++)
     if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
   if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS]);
@@ -321,7 +321,7 @@ static const char *range_cell(char *buf, size_t n, const double v[3], double sca
   return buf;
 }
 
-static void print_table(const bench_result *r, int n) {
+static void print_table(const bench_result *r, int n, cli_placement placement) {
   printf("%-10s %-3s %-22s %-8s %-8s %4s %9s  %-30s %-20s %-20s %-21s %s\n", "backend", "op", "shape", "dtype", "layout",
          "line", "MB moved", "median us (fastest..slowest)", "GB/s (range)", "ceil GB/s (range)", "% ceil (range)", "flag");
   int nflag = 0, nv = 0;
@@ -341,7 +341,7 @@ static void print_table(const bench_result *r, int n) {
   }
   printf("(line: bytes from a 64-byte line to the first output's first element: %s; ranges: lowest..highest over the\n"
          " timed calls; %% ceil's pairs zgate's slowest call with the ceiling's fastest and back)\n",
-         n && r[0].out_line_offset == 0 ? "buffers on lines (--aligned)" : "buffers where malloc places large blocks");
+         placement == CLI_PLACE_LINE ? "buffers on lines (--aligned)" : "buffers where malloc places large blocks");
   if (nflag)
     printf("%d of %d rows flagged: 'noisy' = the slowest timed call took more than %.2fx the fastest; 'above "
            "ceiling' = over %.0f%% of the ceiling. The machine was busy: rerun on a quiet one.\n",
@@ -621,7 +621,7 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   time_t now = time(NULL);
   strftime(meta.date, sizeof meta.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  print_table(res, nres);
+  print_table(res, nres, meta.placement);
   int rc = nfail ? CLI_EXIT_FAIL : nnot_run ? CLI_EXIT_NOT_RUN : CLI_EXIT_OK;
   if (write_json(cfg.json, res, nres, &meta)) {
     cli_error("bench", "cannot write the JSON results to '%s'", cfg.json);

@@ -300,12 +300,11 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
     }
     /* the dense views (each allocation places its view where its own address puts it) */
     const size_t bytes = (size_t)cli_numel(shape) * (size_t)b[0][CLI_DZ].esize;
-#define VIEW(x) ((x).host + (x).offset * (x).esize)
     if (st != ZGATE_OK) say(row, 1, "zgate_bwd returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
-    else if (!memcmp(VIEW(b[0][CLI_DZ]), VIEW(b[1][CLI_DZ]), bytes) && !memcmp(VIEW(b[0][CLI_DOS]), VIEW(b[1][CLI_DOS]), bytes))
+    else if (!memcmp(cli_buf_first(&b[0][CLI_DZ]), cli_buf_first(&b[1][CLI_DZ]), bytes) &&
+             !memcmp(cli_buf_first(&b[0][CLI_DOS]), cli_buf_first(&b[1][CLI_DOS]), bytes))
       say(row, 0, "bit-identical");
     else say(row, 1, "results differ between 1 and %d threads", nt);
-#undef VIEW
   }
   for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[0][i]);
   cli_buf_free(&b[1][CLI_DZ]);

@@ -282,6 +282,11 @@ static int64_t zg_items(const zg_plan *pl) {
   return n > ZG_ITEM ? (n + ZG_ITEM - 1) / ZG_ITEM : 1;
 }
 
+/* Where item it of nitems starts (it == nitems: numel, the end of the last). */
+static int64_t zg_item_start(const zg_plan *pl, int64_t it, int64_t nitems) {
+  return it == 0 ? 0 : it >= nitems ? pl->p->numel : pl->lead + it * ZG_ITEM;
+}
+
 /* Order this thread's non-temporal stores before anything that follows the call. */
 static void zg_store_fence(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -300,10 +305,10 @@ void zg_cpu_plan_view(const zg_problem *p, const zg_cpu_kernels *k, int64_t item
   memset(first, 0, sizeof *first);
   const int64_t nitems = zg_items(&pl);
   if (!pl.rows || item < 0 || item >= nitems) return;
-  const int64_t start = item ? pl.lead + item * ZG_ITEM : 0;
+  const int64_t start = zg_item_start(&pl, item, nitems);
   zg_pos at;
   zg_locate(&pl, start, &at);
-  zg_rows_batch(&pl, &at, start, item + 1 < nitems ? pl.lead + (item + 1) * ZG_ITEM : p->numel, first);
+  zg_rows_batch(&pl, &at, start, zg_item_start(&pl, item + 1, nitems), first);
 }
 
 int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
@@ -331,8 +336,7 @@ int zg_cpu_run(const zg_problem *p, const zg_options *opts) {
 #pragma omp for schedule(static) nowait
 #endif
     for (int64_t it = 0; it < nitems; it++) {
-      const int64_t start = it ? pl.lead + it * ZG_ITEM : 0;
-      const int64_t end = it + 1 < nitems ? pl.lead + (it + 1) * ZG_ITEM : p->numel;
+      const int64_t start = zg_item_start(&pl, it, nitems), end = zg_item_start(&pl, it + 1, nitems);
       if (pl.rows) zg_rows_item(&pl, start, end);
       else zg_staged_item(&pl, k, start, end, stage, seg);
     }
