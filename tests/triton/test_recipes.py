@@ -14,7 +14,7 @@ import torch
 
 import zgate
 import zgate.triton as zt
-from zgate.cases import F32_ULPS as LIB_ULPS, as_rounded_to_nearest
+from zgate.cases import F32_ULPS as LIB_ULPS, TRITON_F32_ULPS, as_rounded_to_nearest
 from zgate.triton import plan
 from zg_oracle import check
 from special_values import big_for, special_inputs
@@ -50,6 +50,16 @@ def _check(name, got, ref, ins):
             a = np.where(skip, ref.astype(a.dtype), a)
     host = [_np(t) for t in ins]
     dout, z, o = host if len(host) == 3 else (None, host[1], host[0])
+    # float32 outputs where float32's exp(-|z|) is subnormal (|z| > 87.34): the recipe has no
+    # scaled exponential, so they are held to the kernel's stated bound (operator.md), the
+    # rest to the library's
+    under = False
+    if a.dtype == np.float32:
+        under = np.exp(-np.abs(z.astype(np.float32))) < np.finfo(np.float32).tiny
+    if np.any(under):
+        pick = lambda v, m: None if v is None else v[m]
+        check(name, a[under], ref[under], pick(dout, under), z[under], o[under], TRITON_F32_ULPS)
+        a, ref, dout, z, o = (pick(v, ~under) for v in (a, ref, dout, z, o))
     return check(name, a, ref, dout, z, o, F32_ULPS[name])
 
 
