@@ -20,6 +20,10 @@ typedef struct zgate_case_dtypes {
   DLDataType dt[5];
 } zgate_case_dtypes;
 
+/* cases.def gives dtypes and views per backward tensor (dout, z, o, dz, dout_scaled); the
+ * forward's o, z and out take those of the backward's tensor named here. */
+static const int zgate_case_fwd_slot[3] = {2, 1, 3};
+
 /* cases.def's ZG_VIEW (how one tensor lies in its buffer) and ZG_LAYOUT (the view of each
  * backward tensor, an index into zgate_case_views). */
 typedef struct zgate_case_view {

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "zgate_cases.h"
+#include "zgate_private.h"
 #include "zt.h"
 
 enum {
@@ -58,8 +59,8 @@ static acc_run g_run;
 /* Worst case seen per output dtype (f32, f16, bf16), for the summary line. */
 static zgate_check_stats g_worst[3];
 
-static const char *const bwd_names[5] = {"dout", "z", "o", "dz", "dout_scaled"};
-static const char *const fwd_names[3] = {"o", "z", "out"};
+/* Operand i's name in the case's signature. */
+static const char *name_of(const acc_case *c, int i) { return zg_ops[c->fwd ? ZG_OP_FWD : ZG_OP_BWD].tensors[i]; }
 
 /* Memory orders (outer to inner) used by L_PERMUTED. */
 static const int perms[6][4] = {{0, 2, 1, 3}, {1, 0, 2, 3}, {3, 2, 1, 0}, {2, 3, 0, 1},
@@ -79,11 +80,11 @@ static void describe(const acc_case *c, char *buf, size_t n) {
   int k = snprintf(buf, n, "%s %s %s dtypes", c->fwd ? "fwd" : "bwd", zt_shape_str(c->shape),
                    layout_names[c->layout]);
   for (int i = 0; i < nt && k > 0 && (size_t)k < n; i++)
-    k += snprintf(buf + k, n - (size_t)k, " %s=%s", c->fwd ? fwd_names[i] : bwd_names[i],
+    k += snprintf(buf + k, n - (size_t)k, " %s=%s", name_of(c, i),
                   zgate_check_dtype_name(c->dt[i]));
   if (c->layout == L_MIXED)
     for (int i = 0; i < nt && k > 0 && (size_t)k < n; i++)
-      k += snprintf(buf + k, n - (size_t)k, " %s:%s", c->fwd ? fwd_names[i] : bwd_names[i],
+      k += snprintf(buf + k, n - (size_t)k, " %s:%s", name_of(c, i),
                     (c->mixed_inplace && i == 4) ? "inplace"
                     : (c->mixed_zproj && i == 1) ? "zproj"
                                                  : layout_names[c->lay[i]]);
@@ -139,11 +140,10 @@ static int run_case(acc_case *c) {
     /* a guard before, and an odd alignment */
     size_t lead = 64 + (size_t)(c->same_lead ? lead_elems : zt_int(r, 0, 7)) * (size_t)esize;
     size_t extra = 0;                                          /* bytes before the first element */
-    /* the view cases.def gives this tensor, if any (the forward's o, z, out: its 2, 1, 3) */
-    static const int fwd_slot[3] = {2, 1, 3};
+    /* the view cases.def gives this tensor, if any */
     const int *permuted = zgate_case_layouts[ZGATE_CASE_LAYOUT_permuted].view;
     int view = zproj && i == iz ? ZGATE_CASE_VIEW_projection
-               : lay == L_CASES_PERMUTED ? permuted[c->fwd ? fwd_slot[i] : i]
+               : lay == L_CASES_PERMUTED ? permuted[c->fwd ? zgate_case_fwd_slot[i] : i]
                                          : -1;
     int64_t view_elems = 0;
     if (view >= 0) {
@@ -233,7 +233,7 @@ static int run_case(acc_case *c) {
       } else if ((zgate_check_stats_merge(&g_worst[od], &st), st.failures)) {
         char line[256];
         zgate_check_stats_format(&st, line, sizeof line);
-        problems += fail_case(c, "%s: %s", c->fwd ? "out" : bwd_names[n_in + k], line);
+        problems += fail_case(c, "%s: %s", name_of(c, n_in + k), line);
       }
     }
   }
@@ -242,7 +242,7 @@ static int run_case(acc_case *c) {
   for (int i = 0; i < nt; i++) {
     if (!bufs[i]) continue;
     int64_t changed = zt_buf_changed_outside(bufs[i], outs, n_out,
-                                             c->fwd ? fwd_names[i] : bwd_names[i]);
+                                             name_of(c, i));
     if (changed) problems += fail_case(c, "%lld bytes changed outside the outputs", (long long)changed);
   }
 
@@ -262,7 +262,7 @@ static int run_case(acc_case *c) {
   for (int i = 0; i < nt; i++) {
     if (!bufs[i]) continue;
     if (rc == ZGATE_OK && memcmp(first[i], bufs[i]->mem, bufs[i]->size) != 0)
-      problems += fail_case(c, "%s differs between 1 and 2 threads", c->fwd ? fwd_names[i] : bwd_names[i]);
+      problems += fail_case(c, "%s differs between 1 and 2 threads", name_of(c, i));
     free(first[i]);
   }
 

@@ -10,6 +10,7 @@
 
 #include <zgate.h>
 #include <zgate_cases.h>
+#include <zgate_private.h> /* zg_ops: each operator's operands by name */
 
 /* Exit codes of every subcommand: 1 when a check failed or zgate returned an error, 2 for
  * bad options or an output path that cannot be written (nothing is run), 3 when something
@@ -26,18 +27,22 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NOT_RUN 
 /* "zgate <cmd>: <message>" on stderr. */
 CLI_PRINTF(2, 3) void cli_error(const char *cmd, const char *fmt, ...);
 
-/* Tensor dtypes of one call, in the order dout, z, o, dz, dout_scaled; the forward's output
- * is stored as dz. */
-enum { CLI_DOUT = 0, CLI_Z = 1, CLI_O = 2, CLI_DZ = 3, CLI_DOS = 4, CLI_NT = 5 };
+/* A case's tensors by slot: the backward's operands in its signature's order (ZG_BWD_DOUT ..
+ * ZG_BWD_DOS, zg_ops[ZG_OP_BWD].tensors), whose dtypes and views cases.def gives. Another
+ * operator's operand i sits in slot cli_slot(op, i): the forward's o, z and out in o's, z's
+ * and dz's. */
+enum { CLI_NSLOTS = 5 };
+static inline int cli_slot(zg_op op, int i) { return op == ZG_OP_FWD ? zgate_case_fwd_slot[i] : i; }
+int cli_nargs(zg_op op);              /* the operator's inputs plus outputs */
+int cli_uses(zg_op op, int slot);     /* 1 when one of op's operands sits in slot */
 typedef struct cli_dtypes {
-  DLDataType t[CLI_NT];
+  DLDataType t[CLI_NSLOTS];
 } cli_dtypes;
-extern const char *const cli_tensor_names[CLI_NT]; /* "dout", "z", "o", "dz", "dos" */
 DLDataType cli_dtype(int code); /* 0 = f32, 1 = f16, 2 = bf16 */
 const char *cli_dtype_name(DLDataType t);
-/* The tensors one direction uses, "bf16" when they agree: the backward all five ("dout=bf16
- * z=f32 ..."), the forward o, z and its output ("o=bf16 z=f32 out=f16"). */
-void cli_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n);
+/* The dtypes of op's operands, one name when they agree ("bf16"), else each by its name in
+ * the signature ("dout=bf16 z=f32 ...", "o=bf16 z=f32 out=f16"). */
+void cli_dtypes_str(const cli_dtypes *d, zg_op op, char *buf, size_t n);
 
 /* Layouts of the test and benchmark tensors: cases.def's, each a view per tensor. */
 typedef enum cli_layout {
@@ -72,7 +77,7 @@ typedef struct cli_cfg {
   const char *backend_spec, *backend_opt; /* backend_opt: --backend or --isa, for messages */
   double max_memory;                      /* bytes a case may take, 0 = what is available */
   int threads;
-  int ops; /* bit 0 bwd, bit 1 fwd */
+  unsigned ops; /* bit op (zg_op) */
   const char *report;
   int special;
   int repeats, warmup, settle, plot;
@@ -134,7 +139,7 @@ typedef struct cli_buf {
   int on_device;
 } cli_buf;
 
-/* Allocates tensor `which` (CLI_DOUT..CLI_DOS) of `layout` at `placement`, poisoned (all bits
+/* Allocates the tensor of slot `which` of `layout` at `placement`, poisoned (all bits
  * set, a NaN in every dtype). Returns 0, or -1 when out of memory. */
 int cli_buf_make(cli_buf *b, int which, cli_layout layout, const int64_t shape[4], DLDataType dtype,
                  cli_placement placement);
@@ -154,10 +159,10 @@ int cli_buf_take_snapshot(cli_buf *b); /* 0, or -1 when out of memory */
  * (no snapshot, or out of memory): never a pass. */
 int64_t cli_buf_outside_writes(const cli_buf *b);
 int64_t cli_numel(const int64_t shape[4]);
-/* The backward (dout, z, o -> dz, dos) or the forward (o, z -> dz) on the tensors b[0..4],
- * where dout_scaled goes to `dos` (b[CLI_DOS], or b[CLI_DOUT] in place), on each buffer's
- * device or host copy. Returns zgate's status. */
-int cli_call(int fwd, cli_buf *b, cli_buf *dos, const zgate_options *opts);
+/* Operator op on the tensors of its slots in b[], where dout_scaled goes to `dos`
+ * (b[ZG_BWD_DOS], or b[ZG_BWD_DOUT] in place), on each buffer's device or host copy.
+ * Returns zgate's status. */
+int cli_call(zg_op op, cli_buf *b, cli_buf *dos, const zgate_options *opts);
 
 /* Random numbers (splitmix64), reproducible from a seed. */
 typedef struct cli_rng {

@@ -9,7 +9,6 @@
 
 #include "cli.h"
 
-const char *const cli_tensor_names[CLI_NT] = {"dout", "z", "o", "dz", "dos"};
 const char *const cli_layout_about[CLI_NLAYOUTS] = {
     "every tensor compact row-major",
     "z a strided view into the input projection (rows of 2*H*D+32 elements, z at offset H*D)",
@@ -97,24 +96,29 @@ static int dtype_code(const char *s) {
   return -1;
 }
 
-/* A comma-separated list: a bare type sets all five tensors, "name=type" one of them, later
- * items win: "bf16", "f32,dz=bf16", "dout=bf16,z=f32,o=f16,dz=f32,dos=bf16". */
+/* The slot of the operand named `name` in any operator's signature (zg_ops), or -1. */
+static int slot_named(const char *name) {
+  for (int op = 0; op < ZG_NOPS; op++)
+    for (int i = 0; i < cli_nargs((zg_op)op); i++)
+      if (!strcmp(zg_ops[op].tensors[i], name)) return cli_slot((zg_op)op, i);
+  return -1;
+}
+
+/* A comma-separated list: a bare type sets every tensor, "name=type" one of them by its name in
+ * a signature (the forward's out is dz's slot), later items win: "bf16", "f32,dz=bf16",
+ * "dout=bf16,z=f32,o=f16,dz=f32,dout_scaled=bf16". */
 static int parse_dtypes(const cli_cfg *c, const char *s, cli_dtypes *out) {
   char list[256];
   int n = 0;
-  for (int i = 0; i < CLI_NT; i++) out->t[i] = cli_dtype(0);
+  for (int i = 0; i < CLI_NSLOTS; i++) out->t[i] = cli_dtype(0);
   if (snprintf(list, sizeof list, "%s", s) >= (int)sizeof list) list[0] = '\0';
   for (char *item = strtok(list, ","); item; item = strtok(NULL, ","), n++) {
     char *eq = strchr(item, '='), *type = eq ? eq + 1 : item;
     int which = -1, code = dtype_code(type);
     if (eq) {
       *eq = '\0';
-      for (int i = 0; i < CLI_NT; i++)
-        if (!strcmp(cli_tensor_names[i], item)) which = i;
-      if (!strcmp(item, "dout_scaled")) which = CLI_DOS;
-      if (!strcmp(item, "out")) which = CLI_DZ; /* the forward's output */
-      if (which < 0) {
-        cli_error(c->cmd, "--dtype: unknown tensor '%s' (tensors: dout, z, o, dz, dos; 'out' is the forward's output)",
+      if ((which = slot_named(item)) < 0) {
+        cli_error(c->cmd, "--dtype: unknown tensor '%s' (tensors: dout, z, o, dz, dout_scaled; the forward's out)",
                   item);
         return -1;
       }
@@ -123,27 +127,35 @@ static int parse_dtypes(const cli_cfg *c, const char *s, cli_dtypes *out) {
       cli_error(c->cmd, "--dtype: unknown type '%s' (types: f32, f16, bf16)", type);
       return -1;
     }
-    for (int i = 0; i < CLI_NT; i++)
+    for (int i = 0; i < CLI_NSLOTS; i++)
       if (which < 0 || which == i) out->t[i] = cli_dtype(code);
   }
   if (n == 0) {
     cli_error(c->cmd, "--dtype wants a type (f32, f16, bf16) or tensor=type pairs such as "
-                      "dout=bf16,z=f32,o=bf16,dz=f32,dos=bf16; got '%s'", s);
+                      "dout=bf16,z=f32,o=bf16,dz=f32,dout_scaled=bf16; got '%s'", s);
     return -1;
   }
   return 0;
 }
 
-void cli_dtypes_str(const cli_dtypes *d, int fwd, char *buf, size_t n) {
-  static const int bwd_t[] = {CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DOS}, fwd_t[] = {CLI_O, CLI_Z, CLI_DZ};
-  static const char *const fwd_names[] = {"o", "z", "out"};
-  const int *t = fwd ? fwd_t : bwd_t, nt = fwd ? 3 : 5;
+int cli_nargs(zg_op op) { return zg_ops[op].n_in + zg_ops[op].n_out; }
+
+int cli_uses(zg_op op, int slot) {
+  for (int i = 0; i < cli_nargs(op); i++)
+    if (cli_slot(op, i) == slot) return 1;
+  return 0;
+}
+
+void cli_dtypes_str(const cli_dtypes *d, zg_op op, char *buf, size_t n) {
+  DLDataType t[CLI_NSLOTS];
   int same = 1;
-  for (int i = 1; i < nt; i++) same &= d->t[t[i]].code == d->t[t[0]].code && d->t[t[i]].bits == d->t[t[0]].bits;
-  size_t len = (size_t)snprintf(buf, n, "%s", same ? cli_dtype_name(d->t[t[0]]) : "");
-  for (int i = 0; i < nt && !same && len < n; i++)
-    len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", i ? " " : "", fwd ? fwd_names[i] : cli_tensor_names[i],
-                            cli_dtype_name(d->t[t[i]]));
+  for (int i = 0; i < cli_nargs(op); i++) {
+    t[i] = d->t[cli_slot(op, i)];
+    same &= t[i].code == t[0].code && t[i].bits == t[0].bits;
+  }
+  size_t len = (size_t)snprintf(buf, n, "%s", same ? cli_dtype_name(t[0]) : "");
+  for (int i = 0; i < cli_nargs(op) && !same && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", i ? " " : "", zg_ops[op].tensors[i], cli_dtype_name(t[i]));
 }
 
 static int parse_layouts(const cli_cfg *c, const char *s, unsigned *mask) {
@@ -183,7 +195,9 @@ static int parse_opt(cli_cfg *c, int which, const char *v) {
     return 0;
   case 'b': c->backend_spec = v, c->backend_opt = "--backend"; return 0;
   case 'o':
-    c->ops = !strcmp(v, "bwd") ? 1 : !strcmp(v, "fwd") ? 2 : !strcmp(v, "both") ? 3 : 0;
+    c->ops = !strcmp(v, "both") ? (1u << ZG_NOPS) - 1u : 0;
+    for (int op = 0; op < ZG_NOPS; op++)
+      if (!strcmp(v, zg_ops[op].name)) c->ops = 1u << op;
     if (!c->ops) cli_error(c->cmd, "--op wants bwd, fwd or both; got '%s'", v);
     return c->ops ? 0 : -1;
   case 't': return parse_int(c, "--threads", v, 0, 4096, &c->threads);

@@ -109,10 +109,13 @@ int64_t cli_buf_outside_writes(const cli_buf *b) {
   return changed;
 }
 
-int cli_call(int fwd, cli_buf *b, cli_buf *dos, const zgate_options *opts) {
-  DLTensor dout = cli_buf_tensor(&b[CLI_DOUT]), z = cli_buf_tensor(&b[CLI_Z]), o = cli_buf_tensor(&b[CLI_O]);
-  DLTensor dz = cli_buf_tensor(&b[CLI_DZ]), ds = cli_buf_tensor(dos);
-  return fwd ? zgate_fwd(&o, &z, &dz, opts) : zgate_bwd(&dout, &z, &o, &dz, &ds, opts);
+int cli_call(zg_op op, cli_buf *b, cli_buf *dos, const zgate_options *opts) {
+  DLTensor t[CLI_NSLOTS];
+  for (int i = 0; i < cli_nargs(op); i++) {
+    const int slot = cli_slot(op, i);
+    t[i] = cli_buf_tensor(slot == ZG_BWD_DOS ? dos : &b[slot]);
+  }
+  return op == ZG_OP_FWD ? zgate_fwd(&t[0], &t[1], &t[2], opts) : zgate_bwd(&t[0], &t[1], &t[2], &t[3], &t[4], opts);
 }
 
 static uint64_t rng_next(cli_rng *r) {

@@ -31,11 +31,11 @@
  * the highest over the timed calls (times: median, fastest, slowest). */
 typedef struct bench_result {
   const cli_backend *be;
-  int fwd;
+  zg_op op;
   int64_t shape[4];
   cli_dtypes dt;
   int layout;
-  int out_line_offset;  /* bytes from a 64-byte line to dz's (fwd: out's) first element */
+  int out_line_offset;  /* bytes from a 64-byte line to the first output's first element */
   double bytes;         /* bytes the operator reads plus writes */
   double ceiling_bytes; /* bytes the ceiling moves (the same, rounded up to whole lines) */
   int repeats;
@@ -125,25 +125,22 @@ static void fill_fast(cli_buf *b, uint64_t seed) {
     memcpy(b->host + i * b->esize, table + i % TABLE * b->esize, (size_t)b->esize);
 }
 
-/* Does the configuration allocate tensor `which`: the forward has no dout and dout_scaled,
- * in place writes dout_scaled over dout. */
-static int uses_tensor(const bench_result *r, int which) {
-  if (which == CLI_DOS && r->layout == CLI_INPLACE) return 0;
-  return !r->fwd || (which != CLI_DOUT && which != CLI_DOS);
+/* Does the configuration allocate the tensor of `slot`: in place writes dout_scaled over dout. */
+static int uses_tensor(const bench_result *r, int slot) {
+  return cli_uses(r->op, slot) && !(slot == ZG_BWD_DOS && r->layout == CLI_INPLACE);
 }
 
-/* The CPU ceiling's arrays: the operator's tensors in the order it streams them, dout z o dz
- * dout_scaled (3 read, 2 written), the forward's o z out (2 read, 1 written); each moves an
- * equal share of the bytes, in whole 64-byte lines. */
-static const int ceiling_tensor[2][5] = {{CLI_DOUT, CLI_Z, CLI_O, CLI_DZ, CLI_DOS}, {CLI_O, CLI_Z, CLI_DZ}};
-static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / (r->fwd ? 3 : 5)) + 63) & ~(size_t)63; }
+/* The CPU ceiling's arrays: the operator's tensors in its signature's order, the inputs read
+ * and the outputs written (backward 3 + 2, forward 2 + 1); each moves an equal share of the
+ * bytes, in whole 64-byte lines. */
+static size_t ceiling_each(const bench_result *r) { return ((size_t)(r->bytes / cli_nargs(r->op)) + 63) & ~(size_t)63; }
 
 /* The CPU ceiling runs on the operator's own buffers when each holds that many bytes (the
  * memory zgate was just timed on: on a VM, where guest pages land changes a stream's
  * bandwidth), else on fresh ones (in place; mixed dtypes). */
 static int ceiling_on_own_buffers(const bench_result *r) {
-  for (int i = 0; i < (r->fwd ? 3 : 5); i++) {
-    int t = ceiling_tensor[r->fwd][i];
+  for (int i = 0; i < cli_nargs(r->op); i++) {
+    int t = cli_slot(r->op, i);
     if (!uses_tensor(r, t) || cli_buf_bytes(t, (cli_layout)r->layout, r->shape, r->dt.t[t]) < (double)ceiling_each(r))
       return 0;
   }
@@ -154,27 +151,27 @@ static int ceiling_on_own_buffers(const bench_result *r) {
  * cannot use the tensors. */
 static double config_bytes(const bench_result *r) {
   double sum = 0;
-  for (int i = 0; i < CLI_NT; i++)
+  for (int i = 0; i < CLI_NSLOTS; i++)
     if (uses_tensor(r, i)) sum += cli_buf_bytes(i, (cli_layout)r->layout, r->shape, r->dt.t[i]);
-  if (!r->be->is_cuda && !ceiling_on_own_buffers(r)) sum += (r->fwd ? 3 : 5) * (double)ceiling_each(r);
+  if (!r->be->is_cuda && !ceiling_on_own_buffers(r)) sum += cli_nargs(r->op) * (double)ceiling_each(r);
   return sum;
 }
 
 /* The CPU ceiling: every stream variant over the operator's arrays, round robin; the fastest
  * by median is the ceiling. */
 static void cpu_ceiling(const cli_cfg *cfg, bench_result *r, cli_buf *b, int reps) {
-  const int na = r->fwd ? 3 : 5, own = ceiling_on_own_buffers(r), nv = zb_variant_count();
+  const int na = cli_nargs(r->op), n_in = zg_ops[r->op].n_in, own = ceiling_on_own_buffers(r), nv = zb_variant_count();
   const size_t each = ceiling_each(r);
   void *a[5] = {0};
   int ok = 1;
   for (int i = 0; i < na; i++) {
-    a[i] = own ? b[ceiling_tensor[r->fwd][i]].host : aligned_alloc(64, each ? each : 64);
+    a[i] = own ? b[cli_slot(r->op, i)].host : aligned_alloc(64, each ? each : 64);
     if (!a[i]) ok = 0;
     else if (!own) memset(a[i], i * 17 + 1, each); /* first touch outside the timing */
   }
   double *w = ok ? malloc(sizeof(double) * (size_t)(nv * reps)) : NULL;
   if (w) {
-    zb_stream s = {a[0], a[1], r->fwd ? NULL : a[2], a[r->fwd ? 2 : 3], r->fwd ? NULL : a[4], each};
+    zb_stream s = {a[0], a[1], n_in > 2 ? a[2] : NULL, a[n_in], a[n_in + 1], each}; /* a[na..]: NULL */
     zb_stream_time(&s, cfg->threads, reps, w);
     r->nvariants = nv;
     r->ceiling_bytes = (double)na * (double)each;
@@ -197,14 +194,14 @@ static void cpu_ceiling(const cli_cfg *cfg, bench_result *r, cli_buf *b, int rep
 }
 
 typedef struct bench_call {
-  int fwd;
+  zg_op op;
   cli_buf *b, *dos;
   zgate_options opts;
 } bench_call;
 
 static int call_op(void *p) {
   bench_call *c = p;
-  return cli_call(c->fwd, c->b, c->dos, &c->opts);
+  return cli_call(c->op, c->b, c->dos, &c->opts);
 }
 
 /* Times the operator (warm-up calls first), then its ceiling, on tensors filled already. */
@@ -214,12 +211,12 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
   /* CUDA's ceiling: a device-to-device copy moving the same bytes (half read, half written) */
   const size_t half = ((size_t)(r->bytes / 2.0) + 255) & ~(size_t)255;
   r->ceiling_bytes = 2.0 * (double)half; /* the CPU ceiling sets its own */
-  bench_call call = {r->fwd, b, dos, {0}};
+  bench_call call = {r->op, b, dos, {0}};
   zgate_options_init(&call.opts);
   if (!be->is_cuda) call.opts.num_threads = cfg->threads, call.opts.cpu_isa = be->isa;
   double *t = malloc(sizeof(double) * (size_t)reps);
   if (!t) set_error(r, 0, "out of memory");
-  else if (be->is_cuda && cli_bufs_to_device(b, CLI_NT, be->device))
+  else if (be->is_cuda && cli_bufs_to_device(b, CLI_NSLOTS, be->device))
     set_error(r, 0, "CUDA memory: %s", cli_cuda_last_error());
   /* the warm-up calls (at least one), then on the CPU the timed ones: every status checked */
   const int warmup = cfg->warmup ? cfg->warmup : 1, calls = warmup + (be->is_cuda ? 0 : reps);
@@ -247,21 +244,21 @@ static void measure(const cli_cfg *cfg, bench_result *r, cli_buf *b, cli_buf *do
 }
 
 static void run_config(const cli_cfg *cfg, bench_result *r) {
-  cli_buf b[CLI_NT] = {0};
+  cli_buf b[CLI_NSLOTS] = {0};
   char why[160];
   if (cli_numel(r->shape) == 0) set_error(r, 0, "not run: the shape has no elements");
   else if (cli_memory_fits(config_bytes(r), cfg->max_memory, why, sizeof why)) set_error(r, 0, "not run: %s", why);
   if (r->error[0]) return;
   int ok = 1;
-  for (int i = 0; i < CLI_NT && ok; i++)
+  for (int i = 0; i < CLI_NSLOTS && ok; i++)
     if (uses_tensor(r, i) && cli_buf_make(&b[i], i, (cli_layout)r->layout, r->shape, r->dt.t[i], cfg->placement))
       ok = 0;
-  if (ok) r->out_line_offset = (int)((uintptr_t)cli_buf_first(&b[CLI_DZ]) & 63u);
+  if (ok) r->out_line_offset = (int)((uintptr_t)cli_buf_first(&b[cli_slot(r->op, zg_ops[r->op].n_in)]) & 63u);
   for (int i = 0; i < 3 && ok; i++)
     if (b[i].host) fill_fast(&b[i], 7u + (uint64_t)i);
-  if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[CLI_DOUT] : &b[CLI_DOS]);
+  if (ok) measure(cfg, r, b, r->layout == CLI_INPLACE ? &b[ZG_BWD_DOUT] : &b[ZG_BWD_DOS]);
   else set_error(r, 0, "not run: out of host memory for this shape");
-  for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
+  for (int i = 0; i < CLI_NSLOTS; i++) cli_buf_free(&b[i]);
   /* The lowest rate is the slowest call's; the lowest % pairs zgate's slowest call with the
    * ceiling's fastest. */
   for (int k = 0; k < 3 && !r->error[0]; k++) {
@@ -310,8 +307,8 @@ static const char *flag_of(const bench_result *r) {
 static void row_head(const bench_result *r) {
   char shape[64], dts[64];
   cli_shape_str(r->shape, shape, sizeof shape);
-  cli_dtypes_str(&r->dt, r->fwd, dts, sizeof dts);
-  printf("%-10s %-3s %-22s %-8s %-8s %4d", r->be->label, r->fwd ? "fwd" : "bwd", shape, strchr(dts, ' ') ? "mixed" : dts,
+  cli_dtypes_str(&r->dt, r->op, dts, sizeof dts);
+  printf("%-10s %-3s %-22s %-8s %-8s %4d", r->be->label, zg_ops[r->op].name, shape, strchr(dts, ' ') ? "mixed" : dts,
          cli_layout_names[r->layout], r->out_line_offset);
 }
 
@@ -413,9 +410,9 @@ static int write_json(const char *path, const bench_result *r, int n, const benc
   for (int i = 0; i < n; i++) {
     const bench_result *x = &r[i];
     char dts[64];
-    cli_dtypes_str(&x->dt, x->fwd, dts, sizeof dts);
+    cli_dtypes_str(&x->dt, x->op, dts, sizeof dts);
     fprintf(f, "%s\n    {\"backend\": \"%s\", \"op\": \"%s\", \"shape\": [%lld, %lld, %lld, %lld], \"dtypes\": \"%s\"",
-            i ? "," : "", x->be->label, x->fwd ? "fwd" : "bwd", (long long)x->shape[0], (long long)x->shape[1],
+            i ? "," : "", x->be->label, zg_ops[x->op].name, (long long)x->shape[0], (long long)x->shape[1],
             (long long)x->shape[2], (long long)x->shape[3], dts);
     fprintf(f, ", \"layout\": \"%s\", \"placement\": \"%s\", \"out_line_offset\": %d", cli_layout_names[x->layout],
             m->placement == CLI_PLACE_LINE ? "64-byte aligned" : "as malloc places large blocks", x->out_line_offset);
@@ -484,12 +481,12 @@ static int plot(const char *png_path, const bench_result *r, int n, const bench_
     if (x->error[0]) continue;
     char dts[64];
     const char *flag = flag_of(x);
-    cli_dtypes_str(&x->dt, x->fwd, dts, sizeof dts);
+    cli_dtypes_str(&x->dt, x->op, dts, sizeof dts);
     nflag += flag[0] != 0;
     layouts |= 1u << x->layout;
     if (++rows > maxrows) maxrows = rows;
     fprintf(f, "\"%s %s %s %lldx%lldx%lldx%lld\" %.4g %.4g %.4g %.4g %.4g %.4g \"%.0f%%%s%s\"\n",
-            x->fwd ? "fwd" : "bwd", strchr(dts, ' ') ? "mixed" : dts, cli_layout_names[x->layout],
+            zg_ops[x->op].name, strchr(dts, ' ') ? "mixed" : dts, cli_layout_names[x->layout],
             (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2], (long long)x->shape[3], x->gbps[0],
             x->gbps[1], x->gbps[2], x->ceiling_gbps[0], x->ceiling_gbps[1], x->ceiling_gbps[2], x->pct[0],
             flag[0] ? " ! " : "", flag);
@@ -568,7 +565,7 @@ int cli_cmd_bench(int argc, char **argv) {
   if (cli_check_output("bench", "--json", cfg.json) || (cfg.plot && check_png(cfg.png))) return CLI_EXIT_USAGE;
   if (cfg.ndtypes == 0) { /* bf16 and f32 */
     cfg.ndtypes = 2;
-    for (int i = 0; i < CLI_NT; i++) cfg.dtypes[0].t[i] = cli_dtype(2), cfg.dtypes[1].t[i] = cli_dtype(0);
+    for (int i = 0; i < CLI_NSLOTS; i++) cfg.dtypes[0].t[i] = cli_dtype(2), cfg.dtypes[1].t[i] = cli_dtype(0);
   }
   /* By default the chosen path of the CPU, and every GPU. */
   const char *spec = cfg.backend_spec ? cfg.backend_spec : cli_cuda_device_count() > 0 ? "best,cuda" : "best";
@@ -584,25 +581,25 @@ int cli_cmd_bench(int argc, char **argv) {
     return CLI_EXIT_FAIL;
   }
   for (int ib = 0; ib < nbe; ib++)
-    for (int fwd = 0; fwd < 2; fwd++) {
+    for (int op = 0; op < ZG_NOPS; op++) {
       if (!user_shapes) { /* each backend's default problem */
         cfg.nshapes = be[ib].is_cuda ? 7 : 3;
         memcpy(cfg.shapes, be[ib].is_cuda ? default_cuda_shapes : default_shapes, sizeof cfg.shapes[0] * cfg.nshapes);
       }
-      for (int is = 0; is < cfg.nshapes && (cfg.ops >> fwd & 1); is++)
+      for (int is = 0; is < cfg.nshapes && (cfg.ops >> op & 1); is++)
         for (int id = 0; id < cfg.ndtypes; id++)
           for (int il = 0; il < CLI_NLAYOUTS; il++) {
-            if (!(cfg.layouts & (1u << il)) || (fwd && il == CLI_INPLACE)) continue;
+            if (!(cfg.layouts & (1u << il)) || (il == CLI_INPLACE && !cli_uses((zg_op)op, ZG_BWD_DOS))) continue;
             bench_result *r = &res[nres++];
             r->be = &be[ib];
-            r->fwd = fwd;
+            r->op = (zg_op)op;
             memcpy(r->shape, cfg.shapes[is], sizeof r->shape);
             r->dt = cfg.dtypes[id];
-            if (il == CLI_INPLACE) r->dt.t[CLI_DOS] = r->dt.t[CLI_DOUT];
+            if (il == CLI_INPLACE) r->dt.t[ZG_BWD_DOS] = r->dt.t[ZG_BWD_DOUT];
             r->layout = il;
             r->ceiling_variant = -1;
-            for (int t = 0; t < CLI_NT; t++) /* the forward reads o and z, writes out */
-              if (!fwd || (t != CLI_DOUT && t != CLI_DOS)) r->bytes += cli_numel(r->shape) * (r->dt.t[t].bits / 8.0);
+            for (int i = 0; i < cli_nargs(r->op); i++)
+              r->bytes += cli_numel(r->shape) * (r->dt.t[cli_slot(r->op, i)].bits / 8.0);
           }
     }
 
@@ -612,8 +609,8 @@ int cli_cmd_bench(int argc, char **argv) {
   for (int i = 0; i < nres; i++) {
     char shape[64], dts[64];
     cli_shape_str(res[i].shape, shape, sizeof shape);
-    cli_dtypes_str(&res[i].dt, res[i].fwd, dts, sizeof dts);
-    fprintf(stderr, "zgate bench [%d/%d] %s %s %s %s %s\n", i + 1, nres, res[i].be->label, res[i].fwd ? "fwd" : "bwd",
+    cli_dtypes_str(&res[i].dt, res[i].op, dts, sizeof dts);
+    fprintf(stderr, "zgate bench [%d/%d] %s %s %s %s %s\n", i + 1, nres, res[i].be->label, zg_ops[res[i].op].name,
             shape, dts, cli_layout_names[res[i].layout]);
     run_config(&cfg, &res[i]);
     nfail += res[i].failed;

@@ -53,7 +53,8 @@ static void usage(FILE *f) {
           "options:\n"
           "  --shape B,L,H,D    a shape (batch,seqlen,nheads,headdim); repeat for several\n"
           "                     (default: the QUICK and FULL shapes of check/cases.def)\n"
-          "  --dtype SPEC       f32 | f16 | bf16, or per tensor: dout=bf16,z=f32,o=f16,dz=f32,dos=bf16\n"
+          "  --dtype SPEC       f32 | f16 | bf16, or per tensor by its name in the signature:\n"
+          "                     dout=bf16,z=f32,o=f16,dz=f32,dout_scaled=bf16 (the forward's out is dz)\n"
           "                     (repeat for several; default: the combinations of check/cases.def)\n"
           "  --layout LIST      dense,zview,permuted,inplace or all (default all; the report says\n"
           "                     what each is)\n"
@@ -95,7 +96,7 @@ static const int64_t special_shape[4] = {1, 12, 12, 32};
 static void fill_inputs(cli_buf *b, int special, uint64_t seed) {
   cli_rng rng = {seed};
   int64_t idx[4];
-  const int64_t *sh = b[CLI_Z].shape;
+  const int64_t *sh = b[ZG_BWD_Z].shape;
   for (idx[0] = 0; idx[0] < sh[0]; idx[0]++)
     for (idx[1] = 0; idx[1] < sh[1]; idx[1]++)
       for (idx[2] = 0; idx[2] < sh[2]; idx[2]++)
@@ -108,24 +109,24 @@ static void fill_inputs(cli_buf *b, int special, uint64_t seed) {
             z = random_z(&rng);
             o = 2.0 * cli_rng_normal(&rng);
           }
-          cli_buf_set(&b[CLI_DOUT], idx, dout);
-          cli_buf_set(&b[CLI_Z], idx, z);
-          cli_buf_set(&b[CLI_O], idx, o);
+          cli_buf_set(&b[ZG_BWD_DOUT], idx, dout);
+          cli_buf_set(&b[ZG_BWD_Z], idx, z);
+          cli_buf_set(&b[ZG_BWD_O], idx, o);
         }
 }
 
 /* ---- one case -------------------------------------------------------------------------- */
 
 /* The next row (the run holds room for every row it can have). */
-static check_row *new_row(check_run *run, const cli_backend *be, int fwd, const int64_t shape[4],
+static check_row *new_row(check_run *run, const cli_backend *be, zg_op op, const int64_t shape[4],
                           const cli_dtypes *dt, int layout, const char *inputs) {
   check_row *row = &run->rows[run->nrows++];
   memset(row, 0, sizeof *row);
   snprintf(row->backend, sizeof row->backend, "%s", be->label);
-  snprintf(row->op, sizeof row->op, "%s", fwd ? "fwd" : "bwd");
+  snprintf(row->op, sizeof row->op, "%s", zg_ops[op].name);
   cli_shape_str(shape, row->shape, sizeof row->shape);
-  cli_dtypes_str(dt, fwd, row->dtypes, sizeof row->dtypes);
-  cli_dtypes_str(dt, 0, row->spec, sizeof row->spec);
+  cli_dtypes_str(dt, op, row->dtypes, sizeof row->dtypes);
+  cli_dtypes_str(dt, ZG_OP_BWD, row->spec, sizeof row->spec);
   snprintf(row->layout, sizeof row->layout, "%s", cli_layout_names[layout]);
   snprintf(row->inputs, sizeof row->inputs, "%s", inputs);
   return row;
@@ -189,83 +190,91 @@ typedef struct case_desc {
 
 /* Host bytes a case holds at its peak: its tensors, dout as it was (in place), the snapshots
  * of the outputs and the float64 references (two for the backward). */
-static double case_bytes(const case_desc *c, int ops) {
-  const int inplace = c->layout == CLI_INPLACE;
-  double t[CLI_NT], sum = 0;
-  for (int i = 0; i < CLI_NT; i++)
-    sum += t[i] = inplace && i == CLI_DOS ? 0 : cli_buf_bytes(i, c->layout, c->shape, c->dt.t[i]);
-  if (inplace) sum += t[CLI_DOUT];
-  sum += t[CLI_DZ] + ((ops & 1) ? t[inplace ? CLI_DOUT : CLI_DOS] : 0);
-  return sum + 8.0 * (double)cli_numel(c->shape) * ((ops & 1) ? 2 : 1);
+static double case_bytes(const case_desc *c, unsigned ops) {
+  const int inplace = c->layout == CLI_INPLACE, bwd = ops >> ZG_OP_BWD & 1; /* the backward has two outputs */
+  double t[CLI_NSLOTS], sum = 0;
+  for (int i = 0; i < CLI_NSLOTS; i++)
+    sum += t[i] = inplace && i == ZG_BWD_DOS ? 0 : cli_buf_bytes(i, c->layout, c->shape, c->dt.t[i]);
+  if (inplace) sum += t[ZG_BWD_DOUT];
+  sum += t[ZG_BWD_DZ] + (bwd ? t[inplace ? ZG_BWD_DOUT : ZG_BWD_DOS] : 0);
+  return sum + 8.0 * (double)cli_numel(c->shape) * (bwd ? 2 : 1);
 }
 
-/* One direction of a case on its filled tensors: the outputs poisoned and snapshotted, the
- * call (on CUDA on uploaded copies, brought back after), the float64 oracle. dout_in holds
- * the dout the call read; why, when not empty, is why the case cannot run. */
-static void run_op(check_run *run, const case_desc *c, int fwd, cli_buf *b, cli_buf *dos, const cli_buf *dout_in,
+/* One operator of a case on its filled tensors: the outputs poisoned (unless written in place
+ * over an input) and snapshotted, the call (on CUDA on uploaded copies, brought back after),
+ * the float64 oracle. dout_in holds the dout the call read; why, when not empty, is why the
+ * case cannot run. */
+static void run_op(check_run *run, const case_desc *c, zg_op op, cli_buf *b, cli_buf *dos, const cli_buf *dout_in,
                    const char *why) {
-  check_row *row = new_row(run, c->be, fwd, c->shape, &c->dt, c->layout, c->special ? "special" : "random");
-  cli_buf *out[2] = {&b[CLI_DZ], dos};
-  const int cuda = c->be->is_cuda;
+  check_row *row = new_row(run, c->be, op, c->shape, &c->dt, c->layout, c->special ? "special" : "random");
+  const int n_in = zg_ops[op].n_in, n_out = zg_ops[op].n_out, cuda = c->be->is_cuda;
+  cli_buf *out[2];
+  int snapshots = 0;
+  for (int k = 0; k < n_out; k++) {
+    const int slot = cli_slot(op, n_in + k);
+    out[k] = slot == ZG_BWD_DOS ? dos : &b[slot];
+    if (!why[0] && out[k] != &b[ZG_BWD_DOUT]) cli_buf_poison(out[k]);
+    if (!why[0] && cli_buf_take_snapshot(out[k])) snapshots = -1;
+  }
   zgate_options opts;
   zgate_options_init(&opts);
   opts.num_threads = run->cfg->threads;
   opts.cpu_isa = cuda ? NULL : c->be->isa;
-  if (!why[0] && fwd) cli_buf_poison(out[0]); /* the backward has written it */
   if (why[0]) {
     say(row, 2, "%s", why);
-  } else if (cli_buf_take_snapshot(out[0]) || (!fwd && cli_buf_take_snapshot(dos))) {
+  } else if (snapshots) {
     say(row, 2, "out of memory for the snapshots");
-  } else if (cuda && cli_bufs_to_device(b, CLI_NT, c->be->device)) {
+  } else if (cuda && cli_bufs_to_device(b, CLI_NSLOTS, c->be->device)) {
     say(row, 2, "CUDA memory: %s", cli_cuda_last_error());
   } else {
-    int st = cli_call(fwd, b, dos, &opts);
+    int st = cli_call(op, b, dos, &opts);
     if (st == ZGATE_OK && cuda && cli_cuda_sync(c->be->device)) st = ZGATE_ERR_CUDA;
-    if (cuda && cli_bufs_to_host(b, CLI_NT) && st == ZGATE_OK) st = ZGATE_ERR_CUDA;
+    if (cuda && cli_bufs_to_host(b, CLI_NSLOTS) && st == ZGATE_OK) st = ZGATE_ERR_CUDA;
     zgate_check_stats s[2];
     zgate_check_stats_init(&s[0]);
     zgate_check_stats_init(&s[1]);
-    DLTensor dout = cli_buf_tensor(dout_in), z = cli_buf_tensor(&b[CLI_Z]), o = cli_buf_tensor(&b[CLI_O]);
-    DLTensor dz = cli_buf_tensor(out[0]), ds = cli_buf_tensor(dos);
-    int cs = st != ZGATE_OK ? 0
-             : fwd          ? zgate_check_fwd(&o, &z, &dz, &s[0])
-                            : zgate_check_bwd(&dout, &z, &o, &dz, &ds, &s[0], &s[1]);
+    DLTensor dout = cli_buf_tensor(dout_in), z = cli_buf_tensor(&b[ZG_BWD_Z]), o = cli_buf_tensor(&b[ZG_BWD_O]);
+    DLTensor got0 = cli_buf_tensor(out[0]), got1 = n_out > 1 ? cli_buf_tensor(out[1]) : got0;
+    int cs = st != ZGATE_OK      ? 0
+             : op == ZG_OP_FWD ? zgate_check_fwd(&o, &z, &got0, &s[0])
+                               : zgate_check_bwd(&dout, &z, &o, &got0, &got1, &s[0], &s[1]);
     if (st != ZGATE_OK)
       say(row, 1, "zgate_%s returned %d (%s): %s", row->op, st, zgate_status_str(st),
           cuda && !zgate_last_error()[0] ? cli_cuda_last_error() : zgate_last_error());
     else if (cs)
       say(row, 2, "the float64 reference failed (%d): %s", cs, cs > 0 ? zgate_last_error() : "out of memory");
     else
-      for (int i = 0; i < 2 - fwd; i++)
-        judge(row, fwd ? "out" : i ? "dos" : "dz", &s[i], cli_buf_outside_writes(out[i]), fwd ? NULL : dout_in,
-              &b[CLI_Z], &b[CLI_O]);
+      for (int k = 0; k < n_out; k++)
+        judge(row, zg_ops[op].tensors[n_in + k], &s[k], cli_buf_outside_writes(out[k]),
+              cli_uses(op, ZG_BWD_DOUT) ? dout_in : NULL, &b[ZG_BWD_Z], &b[ZG_BWD_O]);
   }
   finish_row(run, row);
 }
 
 static void run_case(check_run *run, const case_desc *c) {
   const int inplace = c->layout == CLI_INPLACE;
-  cli_buf b[CLI_NT] = {0}, before = {0};
+  cli_buf b[CLI_NSLOTS] = {0}, before = {0};
   char why[160] = "";
   if (cli_memory_fits(case_bytes(c, run->cfg->ops), run->cfg->max_memory, why, sizeof why) == 0) {
     int ok = 1;
-    for (int i = 0; i < CLI_NT; i++)
-      if (!(inplace && i == CLI_DOS) && cli_buf_make(&b[i], i, c->layout, c->shape, c->dt.t[i], CLI_PLACE_MALLOC)) ok = 0;
+    for (int i = 0; i < CLI_NSLOTS; i++)
+      if (!(inplace && i == ZG_BWD_DOS) && cli_buf_make(&b[i], i, c->layout, c->shape, c->dt.t[i], CLI_PLACE_MALLOC)) ok = 0;
     /* In place the kernel overwrites dout: the oracle needs the values it read. */
-    if (ok && inplace) ok = !cli_buf_make(&before, CLI_DOUT, c->layout, c->shape, c->dt.t[CLI_DOUT], CLI_PLACE_MALLOC);
+    if (ok && inplace) ok = !cli_buf_make(&before, ZG_BWD_DOUT, c->layout, c->shape, c->dt.t[ZG_BWD_DOUT], CLI_PLACE_MALLOC);
     if (!ok) snprintf(why, sizeof why, "out of memory for this shape");
   }
   if (!why[0]) {
     fill_inputs(b, c->special, c->seed);
     if (inplace) { /* a byte copy of the allocation: the view at the same offset */
-      memcpy(before.host, b[CLI_DOUT].host, (size_t)before.nslots * (size_t)before.esize);
-      before.offset = b[CLI_DOUT].offset;
+      memcpy(before.host, b[ZG_BWD_DOUT].host, (size_t)before.nslots * (size_t)before.esize);
+      before.offset = b[ZG_BWD_DOUT].offset;
     }
   }
-  for (int fwd = 0; fwd < 2; fwd++)
-    if ((run->cfg->ops >> fwd & 1) && !(fwd && inplace))
-      run_op(run, c, fwd, b, inplace ? &b[CLI_DOUT] : &b[CLI_DOS], inplace ? &before : &b[CLI_DOUT], why);
-  for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[i]);
+  for (int op = 0; op < ZG_NOPS; op++) /* in place is dout_scaled over dout: the backward's */
+    if ((run->cfg->ops >> op & 1) && !(inplace && !cli_uses((zg_op)op, ZG_BWD_DOS)))
+      run_op(run, c, (zg_op)op, b, inplace ? &b[ZG_BWD_DOUT] : &b[ZG_BWD_DOS], inplace ? &before : &b[ZG_BWD_DOUT],
+             why);
+  for (int i = 0; i < CLI_NSLOTS; i++) cli_buf_free(&b[i]);
   cli_buf_free(&before);
 }
 
@@ -275,14 +284,14 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
   const int64_t shape[4] = {1, 777, 2, 64}; /* ~100k elements: several of zgate's 32768-element work items */
   const int nt = cli_max_threads() > 1 ? cli_max_threads() : 2;
   cli_dtypes dt;
-  cli_buf b[2][CLI_NT] = {0};
+  cli_buf b[2][CLI_NSLOTS] = {0};
   char inputs[24], why[160] = "";
-  for (int i = 0; i < CLI_NT; i++) dt.t[i] = t;
+  for (int i = 0; i < CLI_NSLOTS; i++) dt.t[i] = t;
   snprintf(inputs, sizeof inputs, "threads 1 vs %d", nt);
-  check_row *row = new_row(run, be, 0, shape, &dt, CLI_DENSE, inputs);
-  cli_memory_fits(7 * cli_buf_bytes(CLI_DZ, CLI_DENSE, shape, t), run->cfg->max_memory, why, sizeof why);
-  for (int i = 0; i < CLI_NT + 2 && !why[0]; i++)
-    if (cli_buf_make(i < CLI_NT ? &b[0][i] : &b[1][i - 2], i < CLI_NT ? i : i - 2, CLI_DENSE, shape, t,
+  check_row *row = new_row(run, be, ZG_OP_BWD, shape, &dt, CLI_DENSE, inputs);
+  cli_memory_fits(7 * cli_buf_bytes(ZG_BWD_DZ, CLI_DENSE, shape, t), run->cfg->max_memory, why, sizeof why);
+  for (int i = 0; i < CLI_NSLOTS + 2 && !why[0]; i++)
+    if (cli_buf_make(i < CLI_NSLOTS ? &b[0][i] : &b[1][i - 2], i < CLI_NSLOTS ? i : i - 2, CLI_DENSE, shape, t,
                      CLI_PLACE_MALLOC))
       snprintf(why, sizeof why, "out of memory");
   int st = ZGATE_OK;
@@ -296,19 +305,19 @@ static void run_thread_invariance(check_run *run, const cli_backend *be, DLDataT
       zgate_options_init(&opts);
       opts.cpu_isa = be->isa;
       opts.num_threads = k == 0 ? 1 : nt;
-      st = cli_call(0, b[k], &b[k][CLI_DOS], &opts);
+      st = cli_call(ZG_OP_BWD, b[k], &b[k][ZG_BWD_DOS], &opts);
     }
     /* the dense views (each allocation places its view where its own address puts it) */
-    const size_t bytes = (size_t)cli_numel(shape) * (size_t)b[0][CLI_DZ].esize;
+    const size_t bytes = (size_t)cli_numel(shape) * (size_t)b[0][ZG_BWD_DZ].esize;
     if (st != ZGATE_OK) say(row, 1, "zgate_bwd returned %d (%s): %s", st, zgate_status_str(st), zgate_last_error());
-    else if (!memcmp(cli_buf_first(&b[0][CLI_DZ]), cli_buf_first(&b[1][CLI_DZ]), bytes) &&
-             !memcmp(cli_buf_first(&b[0][CLI_DOS]), cli_buf_first(&b[1][CLI_DOS]), bytes))
+    else if (!memcmp(cli_buf_first(&b[0][ZG_BWD_DZ]), cli_buf_first(&b[1][ZG_BWD_DZ]), bytes) &&
+             !memcmp(cli_buf_first(&b[0][ZG_BWD_DOS]), cli_buf_first(&b[1][ZG_BWD_DOS]), bytes))
       say(row, 0, "bit-identical");
     else say(row, 1, "results differ between 1 and %d threads", nt);
   }
-  for (int i = 0; i < CLI_NT; i++) cli_buf_free(&b[0][i]);
-  cli_buf_free(&b[1][CLI_DZ]);
-  cli_buf_free(&b[1][CLI_DOS]);
+  for (int i = 0; i < CLI_NSLOTS; i++) cli_buf_free(&b[0][i]);
+  cli_buf_free(&b[1][ZG_BWD_DZ]);
+  cli_buf_free(&b[1][ZG_BWD_DOS]);
   finish_row(run, row);
 }
 
@@ -434,7 +443,7 @@ int cli_cmd_check(int argc, char **argv) {
           if (!(cfg.layouts & (1u << il))) continue;
           case_desc c = {&be[ib], cfg.shapes[is], cfg.dtypes[id], (cli_layout)il, 0, 0};
           c.seed = SEED + 1000003u * (uint64_t)((is * CLI_MAX_DTYPES + id) * CLI_NLAYOUTS + il);
-          if (il == CLI_INPLACE) c.dt.t[CLI_DOS] = c.dt.t[CLI_DOUT]; /* in place needs dout's dtype */
+          if (il == CLI_INPLACE) c.dt.t[ZG_BWD_DOS] = c.dt.t[ZG_BWD_DOUT]; /* in place needs dout's dtype */
           run_case(&run, &c);
           if (tty)
             fprintf(stderr, "\rzgate check: %s %d/%d cases, %d failed   ", be[ib].label, done, ncases, run.count[1]);
