@@ -31,8 +31,7 @@
  *     output type (0x7fc00000, 0x7e00, 0x7fc0); tests/test_special.c checks the bits.
  *   There is no exception for special inputs: an infinite dout or o with z below about -103
  *   (float32's sigmoid 0, float64's a tiny nonzero) needs the formula's infinity like any
- *   other element. `zgate check` leaves that combination out on CUDA only, whose kernels
- *   give NaN there.
+ *   other element, on every backend.
  *
  * Reported error units: for float32 outputs |got-ref| / ulp_f32(scale) ("ulp of the scale"),
  * for float16/bfloat16 |got-ref| / ulp_T(ref) ("ulp of the type at the reference").
