@@ -38,8 +38,8 @@ int cli_uses(zg_op op, int slot);     /* 1 when one of op's operands sits in slo
 typedef struct cli_dtypes {
   DLDataType t[CLI_NSLOTS];
 } cli_dtypes;
-DLDataType cli_dtype(int code); /* 0 = f32, 1 = f16, 2 = bf16 */
-const char *cli_dtype_name(DLDataType t);
+#define CLI_F32 ((DLDataType)ZGC_F32)
+#define CLI_BF16 ((DLDataType)ZGC_BF16)
 /* The dtypes of op's operands, one name when they agree ("bf16"), else each by its name in
  * the signature ("dout=bf16 z=f32 ...", "o=bf16 z=f32 out=f16"). */
 void cli_dtypes_str(const cli_dtypes *d, zg_op op, char *buf, size_t n);

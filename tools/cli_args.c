@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zgate_check.h>
+
 #include "cli.h"
 
 const char *const cli_layout_about[CLI_NLAYOUTS] = {
@@ -79,21 +81,13 @@ static int parse_shape(const cli_cfg *c, const char *s, int64_t shape[4]) {
   return 0;
 }
 
-DLDataType cli_dtype(int code) {
-  DLDataType t = {code == 2 ? kDLBfloat : kDLFloat, code ? 16 : 32, 1};
-  return t;
-}
-
-const char *cli_dtype_name(DLDataType t) {
-  if (t.code == kDLBfloat) return "bf16";
-  return t.bits == 16 ? "f16" : t.bits == 32 ? "f32" : "?";
-}
-
-static int dtype_code(const char *s) {
-  static const char *const names[] = {"f32", "f16", "bf16", "float32", "float16", "bfloat16"};
+/* A dtype by its short or long name (f32, float32, ...); 0 when none. */
+static int dtype_named(const char *s, DLDataType *t) {
+  static const DLDataType types[3] = {ZGC_F32, ZGC_F16, ZGC_BF16};
+  static const char *const names[6] = {"f32", "f16", "bf16", "float32", "float16", "bfloat16"};
   for (int i = 0; i < 6; i++)
-    if (!strcmp(names[i], s)) return i % 3;
-  return -1;
+    if (!strcmp(names[i], s)) return *t = types[i % 3], 1;
+  return 0;
 }
 
 /* The slot of the operand named `name` in any operator's signature (zg_ops), or -1. */
@@ -110,11 +104,12 @@ static int slot_named(const char *name) {
 static int parse_dtypes(const cli_cfg *c, const char *s, cli_dtypes *out) {
   char list[256];
   int n = 0;
-  for (int i = 0; i < CLI_NSLOTS; i++) out->t[i] = cli_dtype(0);
+  for (int i = 0; i < CLI_NSLOTS; i++) out->t[i] = CLI_F32;
   if (snprintf(list, sizeof list, "%s", s) >= (int)sizeof list) list[0] = '\0';
   for (char *item = strtok(list, ","); item; item = strtok(NULL, ","), n++) {
     char *eq = strchr(item, '='), *type = eq ? eq + 1 : item;
-    int which = -1, code = dtype_code(type);
+    DLDataType t;
+    int which = -1;
     if (eq) {
       *eq = '\0';
       if ((which = slot_named(item)) < 0) {
@@ -123,12 +118,12 @@ static int parse_dtypes(const cli_cfg *c, const char *s, cli_dtypes *out) {
         return -1;
       }
     }
-    if (code < 0) {
+    if (!dtype_named(type, &t)) {
       cli_error(c->cmd, "--dtype: unknown type '%s' (types: f32, f16, bf16)", type);
       return -1;
     }
     for (int i = 0; i < CLI_NSLOTS; i++)
-      if (which < 0 || which == i) out->t[i] = cli_dtype(code);
+      if (which < 0 || which == i) out->t[i] = t;
   }
   if (n == 0) {
     cli_error(c->cmd, "--dtype wants a type (f32, f16, bf16) or tensor=type pairs such as "
@@ -153,9 +148,9 @@ void cli_dtypes_str(const cli_dtypes *d, zg_op op, char *buf, size_t n) {
     t[i] = d->t[cli_slot(op, i)];
     same &= t[i].code == t[0].code && t[i].bits == t[0].bits;
   }
-  size_t len = (size_t)snprintf(buf, n, "%s", same ? cli_dtype_name(t[0]) : "");
+  size_t len = (size_t)snprintf(buf, n, "%s", same ? zgate_check_dtype_name(t[0]) : "");
   for (int i = 0; i < cli_nargs(op) && !same && len < n; i++)
-    len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", i ? " " : "", zg_ops[op].tensors[i], cli_dtype_name(t[i]));
+    len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", i ? " " : "", zg_ops[op].tensors[i], zgate_check_dtype_name(t[i]));
 }
 
 static int parse_layouts(const cli_cfg *c, const char *s, unsigned *mask) {

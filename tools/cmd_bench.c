@@ -565,7 +565,7 @@ int cli_cmd_bench(int argc, char **argv) {
   if (cli_check_output("bench", "--json", cfg.json) || (cfg.plot && check_png(cfg.png))) return CLI_EXIT_USAGE;
   if (cfg.ndtypes == 0) { /* bf16 and f32 */
     cfg.ndtypes = 2;
-    for (int i = 0; i < CLI_NSLOTS; i++) cfg.dtypes[0].t[i] = cli_dtype(2), cfg.dtypes[1].t[i] = cli_dtype(0);
+    for (int i = 0; i < CLI_NSLOTS; i++) cfg.dtypes[0].t[i] = CLI_BF16, cfg.dtypes[1].t[i] = CLI_F32;
   }
   /* By default the chosen path of the CPU, and every GPU. */
   const char *spec = cfg.backend_spec ? cfg.backend_spec : cli_cuda_device_count() > 0 ? "best,cuda" : "best";

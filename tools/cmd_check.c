@@ -453,8 +453,8 @@ int cli_cmd_check(int argc, char **argv) {
       run_case(&run, &c);
     }
     if (!be[ib].is_cuda) {
-      run_thread_invariance(&run, &be[ib], cli_dtype(0));
-      run_thread_invariance(&run, &be[ib], cli_dtype(2));
+      run_thread_invariance(&run, &be[ib], CLI_F32);
+      run_thread_invariance(&run, &be[ib], CLI_BF16);
     }
   }
   if (tty) fprintf(stderr, "\r%60s\r", "");
