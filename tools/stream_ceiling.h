@@ -26,9 +26,9 @@ typedef struct zb_variant {
 
 #define ZB_MAX_VARIANTS 16
 
-/* Prefetch distance of the prefetching variants, in bytes ahead of the loads. zgate's kernels
- * issue no prefetch; the ceiling keeps these variants so that it is the fastest stream of
- * the bytes whichever way this CPU streams best. */
+/* Prefetch distance of the prefetching variants, in bytes ahead of the loads. The ceiling
+ * keeps these variants, whatever zgate's kernels do, so that it is the fastest stream of the
+ * bytes whichever way this CPU streams best. */
 #define ZB_PREFETCH_BYTES 4096
 
 /* The variants this build has and this CPU runs, 0..zb_variant_count()-1. */
