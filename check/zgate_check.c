@@ -64,18 +64,16 @@ static double f16_to_double(uint16_t h) {
   return h >> 15 ? -v : v;
 }
 
-/* v is already representable in float16 (or +-inf / NaN). */
+/* v is already representable in float16 (or +-inf / NaN). Its bits: |v| * 2^(10 - ex) plus
+ * (ex + 14) << 10, ex = floor(log2|v|) but at least -14; a normal's implicit one (1024)
+ * completes the biased exponent, a subnormal (ex = -14) has none. */
 static uint16_t f16_bits(double v) {
   uint16_t sign = signbit(v) ? 0x8000 : 0;
   double a = fabs(v);
   if (isnan(v)) return 0x7E00;
   if (isinf(a)) return sign | 0x7C00;
-  if (a < ldexp(1.0, -14)) return sign | (uint16_t)ldexp(a, 24);
-  int e;
-  frexp(a, &e);
-  int ex = e - 1;
-  uint16_t m = (uint16_t)(ldexp(a, 10 - ex) - 1024.0);
-  return sign | (uint16_t)((ex + 15) << 10) | m;
+  int ex = exponent(a, fmt_of(ZG_F16));
+  return sign | (uint16_t)(ldexp(a, 10 - ex) + (ex + 14) * 1024);
 }
 
 int zgate_check_dtype_known(DLDataType t) { return type_of(t) != T_BAD; }

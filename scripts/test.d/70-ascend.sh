@@ -37,11 +37,9 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton.backend
   "$venv/bin/pip" install -q --disable-pip-version-check "triton-ascend==3.2.0" \
     "ascendnpu-ir==1.2.0" pybind11 "numpy<2.4" ml_dtypes pytest
 fi
-wheel=$(ls build/wheel/zgate-*.whl 2>/dev/null | head -n 1 || true)
-if [ -z "$wheel" ]; then
+ls build/wheel/zgate-*.whl >/dev/null 2>&1 ||
   "$py" -m pip wheel -q --no-build-isolation --no-deps --disable-pip-version-check -w build/wheel .
-  wheel=$(ls build/wheel/zgate-*.whl | head -n 1)
-fi
+wheel=$(ls build/wheel/zgate-*.whl | head -n 1)
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 "$venv/bin/python" -c "import triton; from triton.backends import backends; assert 'ascend' in backends; print('70-ascend: triton-ascend', triton.__version__)"
 # from the repository root but against the installed package (python/ is not on the path)

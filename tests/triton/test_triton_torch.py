@@ -158,7 +158,12 @@ def test_refusals_write_nothing():
     flat = torch.randn(24 + 1)
     shifted = flat[1:].view(1, 2, 3, 4)
     base = flat[:24].view(1, 2, 3, 4)
-    _err(lambda: zt.bwd(base, b, c, dz=out, dout_scaled=shifted), S.ERR_INPLACE_MISMATCH)
+    # at another address inside dout: an alias (validate.c); at dout's with other strides: not
+    # in place
+    _err(lambda: zt.bwd(base, b, c, dz=out, dout_scaled=shifted), S.ERR_ALIAS)
+    _err(lambda: zt.bwd(base, b, c, dz=out, dout_scaled=base.as_strided(base.shape,
+                                                                        (24, 12, 1, 3))),
+         S.ERR_INPLACE_MISMATCH)
     with pytest.raises(zgate.Error):
         zt.bwd(a, b, c, dout_scaled=out, inplace=True)
     assert (out == 7.0).all()

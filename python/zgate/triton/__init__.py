@@ -49,51 +49,63 @@ def available(device_type):
 
 
 def _check(named, n_in):
-    """zgate's contract on torch tensors: `named` is [(name, tensor)], the `n_in` inputs
-    first, then the outputs (None where not given). Raises zgate.Error, writes nothing.
-    Outputs may not overlap another tensor, except dout_scaled given as dout (in place)."""
+    """zgate's contract on torch tensors, checked in validate.c's order: `named` is
+    [(name, tensor)], the `n_in` inputs first, then the outputs (None where not given).
+    Raises zgate.Error naming the tensor and the caller's dim that validate.c names; writes
+    nothing. Outputs may not overlap another tensor, except dout_scaled given as dout (in
+    place: its address, dtype and strides on dims of size > 1)."""
     import torch
     named = named[:n_in] + [(n, t) for n, t in named[n_in:] if t is not None]
-    for n, t in named:
+    for n, t in named:   # what the binding refuses before the library sees the call
         if not isinstance(t, torch.Tensor):
             raise Error(None, "zgate.triton: %s is a %s, not a torch.Tensor" % (
                 n, type(t).__name__))
         if t.layout != torch.strided:
             raise Error(Status.ERR_DEVICE_UNSUPPORTED, "%s is a %s tensor; zgate takes "
-                        "strided tensors" % (n, t.layout))
+                        "strided tensors" % (n, t.layout), n)
+    for n, t in named:
         if t.dim() > _plan.MAX_NDIM:
             raise Error(Status.ERR_NDIM, "%s: ndim is %d, outside 0..%d" % (
-                n, t.dim(), _plan.MAX_NDIM))
+                n, t.dim(), _plan.MAX_NDIM), n)
         if _dtype(t) not in _plan.DTYPE_BYTES:
             raise Error(Status.ERR_DTYPE, "%s is %s, not float32, float16 or bfloat16" % (
-                n, _dtype(t)))
+                n, _dtype(t)), n)
     first_name, first = named[0]
     for n, t in named[1:]:
         if t.shape != first.shape:
+            dim = None if t.dim() != first.dim() else next(
+                d for d, (a, b) in enumerate(zip(t.shape, first.shape)) if a != b)
             raise Error(Status.ERR_SHAPE_MISMATCH, "%s has shape %s but %s has %s" % (
-                n, tuple(t.shape), first_name, tuple(first.shape)))
+                n, tuple(t.shape), first_name, tuple(first.shape)), n, dim)
+    for n, t in named[1:]:
         if t.device != first.device:
             raise Error(Status.ERR_DEVICE_MISMATCH, "%s is on %s but %s is on %s" % (
-                n, t.device, first_name, first.device))
+                n, t.device, first_name, first.device), n)
     why = available(first.device.type)
     if why:
-        raise Error(Status.ERR_DEVICE_UNSUPPORTED, why)
+        raise Error(Status.ERR_DEVICE_UNSUPPORTED, why, first_name)
     if first.numel() == 0:
         return
+    for n, t in named:
+        if t.data_ptr() % t.element_size():
+            raise Error(Status.ERR_MISALIGNED, "%s: data is not aligned to its %d-byte "
+                        "element" % (n, t.element_size()), n)
     for name, t in named[n_in:]:
-        if not _injective(t):
+        dim = _overlapping_dim(t)
+        if dim is not None:
             raise Error(Status.ERR_OUTPUT_SELF_OVERLAP, "two elements of %s share memory "
-                        "(a zero or overlapping stride)" % name)
+                        "(a zero or overlapping stride on dim %d)" % (name, dim), name, dim)
+    for name, t in named[n_in:]:
         for other, u in named:
             (a, b), (c, d) = _span(t), _span(u)
             if other == name or b <= c or d <= a:
                 continue
-            if {name, other} == {"dout", "dout_scaled"}:
-                if (u.dtype, u.stride(), u.data_ptr()) == (t.dtype, t.stride(), t.data_ptr()):
+            if (name, other) == ("dout_scaled", "dout") and a == c:
+                if t.dtype == u.dtype and _moving_strides(t) == _moving_strides(u):
                     continue
-                raise Error(Status.ERR_INPLACE_MISMATCH, "dout_scaled shares dout's memory but "
-                            "not its data pointer, dtype and strides")
-            raise Error(Status.ERR_ALIAS, "%s overlaps %s" % (name, other))
+                raise Error(Status.ERR_INPLACE_MISMATCH, "dout_scaled shares dout's memory "
+                            "but not its dtype and strides", name)
+            raise Error(Status.ERR_ALIAS, "%s overlaps %s" % (name, other), name)
 
 
 def _span(t):
@@ -102,15 +114,21 @@ def _span(t):
     return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
-def _injective(t):
-    """No two indices of t share an element: each stride (sorted) clears the extent of the
-    dims inside it. Conservative: a layout this does not prove injective is refused."""
+def _moving_strides(t):
+    """t's strides on dims of size > 1 (those of size-1 dims never move)."""
+    return [s for n, s in zip(t.shape, t.stride()) if n > 1]
+
+
+def _overlapping_dim(t):
+    """The caller's dim at which two indices of t share an element, or None: with the dims of
+    size > 1 by stride (stable), each stride must clear the extent of the dims inside it.
+    Conservative: a layout this does not prove injective is refused."""
     extent = 0
-    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1):
+    for s, d in sorted((s, d) for d, (n, s) in enumerate(zip(t.shape, t.stride())) if n > 1):
         if s <= extent:
-            return False
-        extent += (n - 1) * s
-    return True
+            return d
+        extent += (t.shape[d] - 1) * s
+    return None
 
 
 def _launch(op, tensors, outputs):

@@ -87,7 +87,6 @@ def vector_cost(text, tile_elems):
     name and by table row (with their cycles), the total (None if any call is unknown)."""
     per_tile, conditional, _ = tile_loop_calls(text)
     by_kind, unknown, analogy = {}, set(), set()
-    total = 0.0
     for name in per_tile:
         row, key, alias = classify(name)
         if row is None:
@@ -99,7 +98,7 @@ def vector_cost(text, tile_elems):
         kind = by_kind.setdefault(row, {"calls": 0, "cycles": 0.0})
         kind["calls"] += 1
         kind["cycles"] += k * tile_elems + b
-        total += k * tile_elems + b
+    total = sum(kind["cycles"] for kind in by_kind.values())
     return {"calls": dict(collections.Counter(per_tile)), "n_calls": len(per_tile),
             "by_kind": by_kind,
             "vector_cycles": None if unknown else total, "unknown": sorted(unknown),
