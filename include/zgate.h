@@ -63,7 +63,7 @@ typedef enum zgate_status {
   ZGATE_ERR_OVERFLOW = 10,        /* sizes, strides or byte_offset overflow 64-bit byte arithmetic */
   ZGATE_ERR_MISALIGNED = 11,      /* data + byte_offset is not aligned to the element size */
   ZGATE_ERR_ALIAS = 12,           /* an output overlaps another output or an input */
-  ZGATE_ERR_INPLACE_MISMATCH = 13, /* dout_scaled shares dout's memory but not its dtype/strides */
+  ZGATE_ERR_INPLACE_MISMATCH = 13, /* dout_scaled starts where dout starts but has another dtype or strides */
   ZGATE_ERR_DEVICE_MISMATCH = 14, /* the tensors are not all on one device */
   ZGATE_ERR_DEVICE_UNSUPPORTED = 15, /* a device type zgate does not handle */
   ZGATE_ERR_NO_CUDA = 16,         /* a CUDA tensor, but this library was built without CUDA */

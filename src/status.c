@@ -25,7 +25,7 @@ const char *zgate_status_str(int status) {
     case ZGATE_ERR_MISALIGNED: return "tensor data is not aligned to its element size";
     case ZGATE_ERR_ALIAS: return "an output overlaps another output or an input";
     case ZGATE_ERR_INPLACE_MISMATCH:
-      return "dout_scaled shares dout's memory but not its dtype, byte_offset or strides";
+      return "dout_scaled starts where dout starts but has another dtype or strides";
     case ZGATE_ERR_DEVICE_MISMATCH: return "the tensors are not all on one device";
     case ZGATE_ERR_DEVICE_UNSUPPORTED: return "unsupported device type";
     case ZGATE_ERR_NO_CUDA: return "CUDA tensor, but zgate was built without CUDA";
