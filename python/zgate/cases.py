@@ -145,11 +145,11 @@ def random_inputs(rng, shape, dtype=np.float32):
     return tuple(np.asarray(a.reshape(shape)).astype(dtype) for a in (dout, z, o))
 
 
-def in_view(a, view):
-    """a's values in `view` (cases.def): an array over a zeroed buffer of its own, which is
-    its base (the view's padding and offset in it)."""
+def in_view(a, view, fill=0, slack=0):
+    """a's values in `view` (cases.def): an array over a buffer of its own, which is its base,
+    filled with `fill` outside the view (its padding and offset) and `slack` elements longer."""
     strides, offset, n = view_strides(view, a.shape)
-    buf = np.zeros(max(n, 1), a.dtype)      # no elements: one, and the view at its start
+    buf = np.full(max(n, 1) + slack, fill, a.dtype)  # no elements: one, the view at its start
     v = np.ndarray(a.shape, a.dtype, buffer=buf, offset=offset * a.itemsize if n else 0,
                    strides=tuple(s * a.itemsize for s in strides))
     v[...] = a

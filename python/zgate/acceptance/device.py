@@ -1,9 +1,10 @@
 """The devices of the acceptance run: NumPy arrays on the CPU, PyTorch tensors on CUDA, the
 NPU or the CPU (the Triton interpreter). Each puts arrays there with their strides, makes
-NaN-poisoned outputs, brings results back, flushes its cache and times: kernel_us (device
-kernel time from the framework's profiler; the call's wall time on the CPU), wall_us
-(event-timed wall time of one call, cache flushed before each), copy_call (a copy of given
-bytes, timed like the operator). The NPU-only parts are plain functions.
+NaN-poisoned outputs in a view, brings results (and an output's whole buffer) back, flushes
+its cache and times: kernel_us (device kernel time from the framework's profiler; the call's
+wall time on the CPU), wall_us (event-timed wall time of one call, cache flushed before
+each), copy_call (a copy of given bytes, timed like the operator). The NPU-only parts are
+plain functions.
 """
 import csv
 import glob
@@ -109,13 +110,16 @@ class Cpu(Timing):
     def put(self, a):
         return a
 
-    def empty(self, shape, dtype, slack=0):
-        """NaN-poisoned, with `slack` more elements after it."""
-        n = int(np.prod(shape))
-        return np.full(n + slack, np.nan, C.np_dtype(dtype))[:n].reshape(shape)
+    def empty(self, shape, dtype, view, slack=0):
+        """A new array in `view` (cases.def), its whole buffer NaN, `slack` elements longer."""
+        return C.in_view(np.full(shape, np.nan, C.np_dtype(dtype)), view, np.nan, slack)
 
     def get(self, t):
         return np.array(t)
+
+    def buffer(self, t):
+        """The whole buffer t views."""
+        return _base(t).reshape(-1)
 
     def sync(self):
         pass
@@ -154,14 +158,18 @@ class Torch(Timing):
     def put(self, a):
         return to_torch(self.torch, a, self.name)
 
-    def empty(self, shape, dtype, slack=0):
-        n = int(np.prod(shape))
-        buf = self.torch.full((n + slack,), float("nan"), dtype=getattr(self.torch, dtype),
-                              device=self.name)
-        return buf[:n].view(shape)
+    def empty(self, shape, dtype, view, slack=0):
+        strides, offset, n = C.view_strides(view, shape)
+        buf = self.torch.full((max(n, 1) + slack,), float("nan"),
+                              dtype=getattr(self.torch, dtype), device=self.name)
+        return buf.as_strided(shape, strides, offset if n else 0)
 
     def get(self, t):
         return from_torch(t)
+
+    def buffer(self, t):
+        return from_torch(t.as_strided((t.untyped_storage().nbytes() // t.element_size(),),
+                                       (1,), 0))
 
     def sync(self):
         self.mod.synchronize()
@@ -277,14 +285,19 @@ def open_device(name, flush_mb=None, tensors=False):
 def to_torch(torch, a, dev):
     """A tensor on `dev` with a's values and strides, never sharing a's memory: a copy of the
     buffer a views (cases.inputs makes it contiguous), viewed as a views it."""
-    base = a
-    while isinstance(base.base, np.ndarray):
-        base = base.base
+    base = _base(a)
     flat = np.array(base, copy=True, order="C").reshape(-1)
     t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16) if a.dtype == C.BF16 \
         else torch.from_numpy(flat)
     off = (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // a.itemsize
     return t.to(dev).as_strided(a.shape, [s // a.itemsize for s in a.strides], off)
+
+
+def _base(a):
+    """The NumPy array that owns a's memory (a itself where it does)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 def from_torch(t):
