@@ -3,6 +3,7 @@ float64 reference and a golden run, by zgate's accuracy policy (check/zgate_chec
 acceptance run (python -m zgate.acceptance) runs them on every backend; the tests and the
 benchmarks take their shapes, inputs and judge from here.
 """
+import math
 import os
 import re
 from typing import NamedTuple, Tuple
@@ -131,7 +132,7 @@ def np_dtype(name):
 def random_inputs(rng, shape, dtype=np.float32):
     """Fresh random (dout, z, o) in `dtype`: z spans the interesting range of the sigmoid,
     including the root of 1 + z(1 - s) near -1.2785 and the exp overflow region."""
-    n = int(np.prod(shape)) if len(shape) else 1
+    n = math.prod(shape)
     dout = rng.standard_normal(n)
     o = rng.standard_normal(n) * 2.0
     z = rng.standard_normal(n) * 4.0
@@ -232,9 +233,8 @@ def judge_case(case, arrays, outs, f32_ulps, gold=None, interp=False):
             outs[j] = got
         m = judge(name, got, ref, dout, z, o, f32_ulps)
         m.update(output=name, dtype=got.dtype.name, n_skipped=skipped)
-        key = "%s|%d" % (case.name, j)
         if gold is not None:
-            gv = gold[key]
+            gv = gold["%s|%d" % (case.name, j)]
             gv = gv.view(BF16) if got.dtype == BF16 else gv
             wide = GOLDEN_F32_ULPS if got.dtype == np.float32 else 4 * f32_ulps
             g = judge(name, got, gv.astype(np.float64), dout, z, o, wide)

@@ -21,13 +21,10 @@ def check_compatible(meta, names, base, what):
             what, base["meta"]["seed"], meta["seed"]))
     theirs = [r["case"] for r in base["cases"]]
     if theirs != names:
-        only_b = [n for n in theirs if n not in names]
-        only_r = [n for n in names if n not in theirs]
-        why = "; ".join(s for s in (
-            "only in %s: %s" % (what, ", ".join(only_b[:5]) + (" ..." if len(only_b) > 5 else ""))
-            if only_b else "",
-            "only in this run: %s" % (", ".join(only_r[:5]) + (" ..." if len(only_r) > 5 else ""))
-            if only_r else "") if s) or "the same cases in another order"
+        only = (("only in %s" % what, [n for n in theirs if n not in names]),
+                ("only in this run", [n for n in names if n not in theirs]))
+        why = "; ".join("%s: %s%s" % (where, ", ".join(ns[:5]), " ..." if len(ns) > 5 else "")
+                        for where, ns in only if ns) or "the same cases in another order"
         raise Mismatch("%s holds another case list (%s): make both with the same --quick, "
                        "--op and --filter" % (what, why))
 
