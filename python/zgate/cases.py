@@ -95,24 +95,23 @@ def cases(quick=False):
     quick (the Triton interpreter, CI): the QUICK shapes, each dtype combination once, the
     layouts taken in turn."""
     shapes, dtypes, layouts = _read_case_file()
-    inplace_layouts = {name for name, (inplace, _) in layouts.items() if inplace}
-    layouts = list(layouts)
+    names = list(layouts)
     out = []
     for si, (shape, group) in enumerate(shapes):
         if group == "REAL":
             if quick:
                 continue
-            todo = [(d, lay) for d in dtypes for lay in layouts
+            todo = [(d, lay) for d in dtypes for lay in names
                     if (d[0] == "bf16" and lay != "permuted") or (d[0] == "f32" and lay == "zview")]
         elif group == "FULL" and quick:
             continue
         elif quick:
-            todo = [(d, layouts[(si + di) % len(layouts)]) for di, d in enumerate(dtypes)]
+            todo = [(d, names[(si + di) % len(names)]) for di, d in enumerate(dtypes)]
         else:
-            todo = [(d, lay) for d in dtypes for lay in layouts]
+            todo = [(d, lay) for d in dtypes for lay in names]
         tag = "x".join(map(str, shape))
         for (dname, dt), lay in todo:
-            inplace = lay in inplace_layouts
+            inplace = layouts[lay][0]
             bdt = dt[:4] + (dt[0],) if inplace else dt
             out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt, lay, inplace))
             if not inplace:

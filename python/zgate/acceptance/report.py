@@ -3,7 +3,6 @@
 A run is a dict {"meta": {...}, "cases": [row, ...]} (run.measure's rows), the same as the
 --json and --save-baseline files.
 """
-import math
 import statistics
 
 SPEED_BAR = 0.9
@@ -51,11 +50,10 @@ def compare(run, base):
          "n_launch_bound": len(run["cases"]) - len(judged)}
     if have:
         bw = [rows[n]["bw_ratio"] for n in judged if rows[n]["bw_ratio"] is not None]
-        s.update(geomean=math.exp(statistics.fmean(math.log(x) for x in have)),
-                 median=statistics.median(have), min=min(have),
-                 n_09=sum(x >= SPEED_BAR for x in have), n_10=sum(x >= 1.0 for x in have),
-                 bw_geomean=math.exp(statistics.fmean(math.log(x) for x in bw)) if bw else
-                 float("nan"))
+        s.update(geomean=statistics.geometric_mean(have), median=statistics.median(have),
+                 min=min(have), n_09=sum(x >= SPEED_BAR for x in have),
+                 n_10=sum(x >= 1.0 for x in have),
+                 bw_geomean=statistics.geometric_mean(bw) if bw else float("nan"))
     return {"rows": rows, "summary": s}
 
 
@@ -184,9 +182,8 @@ def markdown(run, cmp, crits, lang="en"):
             continue
         k = r.get("kernel") or {}
         name = r["case"] + (" (%s)" % t["lb"] if r["launch_bound"] else "")
-        prec = _precision(r, t)
         line = "| %s | %.2f | %s | %s (%s-%s) | %s | %s | %s | %.1f |" % (
-            name, r["bytes"] / 1e6, prec, _f(k.get("median")), _f(k.get("min")),
+            name, r["bytes"] / 1e6, _precision(r, t), _f(k.get("median")), _f(k.get("min")),
             _f(k.get("max")), _f((r.get("wall") or {}).get("median")),
             _f((r.get("copy") or {}).get("median")),
             _f(r.get("frac_copy") and 100 * r["frac_copy"], "%.1f%%"), r["ideal_us"])
