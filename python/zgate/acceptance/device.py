@@ -242,7 +242,7 @@ class Npu(Torch):
         return super().kernel_us(fn, warmup, repeats)
 
     def _profile(self, fn, calls):
-        import torch_npu  # noqa: F401  (registers the npu device)
+        import torch_npu
         P = torch_npu.profiler
         self.sync()
         with tempfile.TemporaryDirectory(prefix="zgate_prof_") as d:
