@@ -37,27 +37,28 @@ def formula(dout, z, o):
     return ((df * o.float() * s * (1 + zf * (1 - s))).to(dout.dtype), (df * s * zf).to(dout.dtype))
 
 
-def empty(shape, dtype, slack):
-    """A compact tensor followed by `slack` spare elements (upstream's kernel over-runs rows)."""
-    n = math.prod(shape)
-    return torch.empty(n + slack, dtype=dtype, device="cuda")[:n].view(shape)
+def in_view(view, shape, dtype, slack, generator=None):
+    """A tensor in cases.def's `view` with `slack` spare elements after its buffer (upstream's
+    kernel over-runs rows): standard normal values from `generator`, else uninitialized."""
+    strides, offset, n = view_strides(view, shape)
+    if generator is None:
+        buf = torch.empty(n + slack, dtype=dtype, device="cuda")
+    else:
+        buf = torch.randn(n + slack, device="cuda", generator=generator).to(dtype)
+    return buf.as_strided(shape, strides, offset)
 
 
 def make_inputs(shape, dtype, layout, slack):
-    """dout, z, o in cases.def's `layout` (each tensor's view), `slack` spare elements after
-    each buffer."""
+    """dout, z, o in cases.def's `layout` (each tensor's view)."""
     g = torch.Generator(device="cuda").manual_seed(1234)
-    out = []
-    for view, scale in zip(layout_views(layout)[1][:3], (1, 4, 1)):
-        strides, offset, n = view_strides(view, shape)
-        buf = torch.randn(n + slack, device="cuda", generator=g).to(dtype)
-        out.append(buf.as_strided(shape, strides, offset).mul_(scale))
-    return out
+    return [in_view(view, shape, dtype, slack, g).mul_(scale)
+            for view, scale in zip(layout_views(layout)[1][:3], (1, 4, 1))]
 
 
-def implementation(name, orig, dout, z, o, slack):
-    """(call, outputs): the call writes the outputs (a list it fills, or given tensors)."""
-    outs = [empty(dout.shape, dout.dtype, slack) for _ in range(2)]
+def implementation(name, orig, dout, z, o, layout, slack):
+    """(call, outputs): the call writes the outputs (a list it fills, or given tensors, in the
+    views of cases.def's `layout`: eager and compile allocate their own)."""
+    outs = [in_view(view, dout.shape, dout.dtype, slack) for view in layout_views(layout)[1][3:]]
     if name in ("zgate", "triton"):   # triton: zgate.triton, the NPU kernel's source
         mod = zgate if name == "zgate" else zgate.triton
         return lambda: mod.bwd(dout, z, o, dz=outs[0], dout_scaled=outs[1]), outs
@@ -175,7 +176,7 @@ def main():
                "copy_same_us": copy_ms(nbytes) * 1e3}
         line = "%-22s %-5s %-5s" % (shape, dn, layout)
         for n in names:
-            fn, outs = implementation(n, orig, dout, z, o, slack)
+            fn, outs = implementation(n, orig, dout, z, o, layout, slack)
             fn()
             torch.cuda.synchronize()
             row[n + "_err"] = err = max(((g.double() - r).abs().max() / r.abs().max().clamp_min(

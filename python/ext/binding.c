@@ -550,6 +550,13 @@ static int threads_of(PyObject *n, int *out) {
   return 0;
 }
 
+/* num_threads(n) -> n as a C int, refused as bwd and fwd refuse it (zgate._jax's check). */
+static PyObject *py_num_threads(PyObject *self, PyObject *n) {
+  (void)self;
+  int v;
+  return threads_of(n, &v) ? NULL : PyLong_FromLong(v);
+}
+
 /* True or False (a NumPy bool too); anything else is refused, not read as truthy. */
 static int flag_of(PyObject *v, const char *name, int *out) {
   const char *t = Py_TYPE(v)->tp_name;
@@ -818,6 +825,7 @@ static PyMethodDef methods[] = {
     {"info", py_info, METH_NOARGS, "info() -> dict"},
     {"configure", FASTCALL(py_configure), "configure(classify, reference_like)"},
     {"address", py_address, METH_O, "address(obj) -> the address of obj's buffer"},
+    {"num_threads", py_num_threads, METH_O, "num_threads(n) -> n, checked as bwd and fwd do"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,12 +6,12 @@ ordered with the rest of the program. The library checks the call's shapes and d
 it is traced, so bad input raises zgate.Error at the call, with the library's message.
 """
 import ctypes
-import operator
 import os
 
 import jax
 import numpy as np
 
+from . import _binding
 from ._errors import Error, Status
 
 _LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzgate_jax.so")
@@ -69,16 +69,6 @@ class _Refusal(ctypes.Structure):
     _fields_ = [("tensor", ctypes.c_char_p), ("dim", ctypes.c_int), ("dtype", ctypes.c_uint32)]
 
 
-def _threads(n):
-    """num_threads as a C int, refused as zgate._binding refuses it."""
-    if (isinstance(n, bool) or not hasattr(type(n), "__index__")
-            or not -2**31 <= operator.index(n) < 2**31):
-        raise Error(Status.ERR_OPTIONS, "options: num_threads is %r (%s); it takes a whole number "
-                    "that fits a C int: 0 (the OpenMP default) or a thread count"
-                    % (n, type(n).__name__))
-    return operator.index(n)
-
-
 def _inputs(arrays, lib):
     """JAX arrays (and tracers) as they are; anything else through NumPy. Concrete arrays on a
     platform the handlers do not serve are refused here, before XLA lowers the call."""
@@ -101,7 +91,7 @@ def _call(inputs, n_out, num_threads):
     """The custom call on (dout, z, o) (n_out 2) or (o, z) (n_out 1): new arrays of the first
     input's shape and dtype."""
     lib = _load()
-    num_threads = _threads(num_threads)
+    num_threads = _binding.num_threads(num_threads)
     inputs = _inputs(inputs, lib)
     new = jax.ShapeDtypeStruct(inputs[0].shape, inputs[0].dtype)
     _validate(lib, inputs + [new] * n_out, num_threads)

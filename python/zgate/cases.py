@@ -3,6 +3,7 @@ float64 reference and a golden run, by zgate's accuracy policy (check/zgate_chec
 acceptance run (python -m zgate.acceptance) runs them on every backend; the tests and the
 benchmarks take their shapes, inputs and judge from here.
 """
+import math
 import os
 import re
 from typing import NamedTuple, Tuple
@@ -94,24 +95,23 @@ def cases(quick=False):
     quick (the Triton interpreter, CI): the QUICK shapes, each dtype combination once, the
     layouts taken in turn."""
     shapes, dtypes, layouts = _read_case_file()
-    inplace_layouts = {name for name, (inplace, _) in layouts.items() if inplace}
-    layouts = list(layouts)
+    names = list(layouts)
     out = []
     for si, (shape, group) in enumerate(shapes):
         if group == "REAL":
             if quick:
                 continue
-            todo = [(d, lay) for d in dtypes for lay in layouts
+            todo = [(d, lay) for d in dtypes for lay in names
                     if (d[0] == "bf16" and lay != "permuted") or (d[0] == "f32" and lay == "zview")]
         elif group == "FULL" and quick:
             continue
         elif quick:
-            todo = [(d, layouts[(si + di) % len(layouts)]) for di, d in enumerate(dtypes)]
+            todo = [(d, names[(si + di) % len(names)]) for di, d in enumerate(dtypes)]
         else:
-            todo = [(d, lay) for d in dtypes for lay in layouts]
+            todo = [(d, lay) for d in dtypes for lay in names]
         tag = "x".join(map(str, shape))
         for (dname, dt), lay in todo:
-            inplace = lay in inplace_layouts
+            inplace = layouts[lay][0]
             bdt = dt[:4] + (dt[0],) if inplace else dt
             out.append(Case("bwd %s %s %s" % (tag, dname, lay), "bwd", shape, bdt, lay, inplace))
             if not inplace:
@@ -131,7 +131,7 @@ def np_dtype(name):
 def random_inputs(rng, shape, dtype=np.float32):
     """Fresh random (dout, z, o) in `dtype`: z spans the interesting range of the sigmoid,
     including the root of 1 + z(1 - s) near -1.2785 and the exp overflow region."""
-    n = int(np.prod(shape)) if len(shape) else 1
+    n = math.prod(shape)
     dout = rng.standard_normal(n)
     o = rng.standard_normal(n) * 2.0
     z = rng.standard_normal(n) * 4.0
@@ -145,11 +145,11 @@ def random_inputs(rng, shape, dtype=np.float32):
     return tuple(np.asarray(a.reshape(shape)).astype(dtype) for a in (dout, z, o))
 
 
-def in_view(a, view):
-    """a's values in `view` (cases.def): an array over a zeroed buffer of its own, which is
-    its base (the view's padding and offset in it)."""
+def in_view(a, view, fill=0, slack=0):
+    """a's values in `view` (cases.def): an array over a buffer of its own, which is its base,
+    filled with `fill` outside the view (its padding and offset) and `slack` elements longer."""
     strides, offset, n = view_strides(view, a.shape)
-    buf = np.zeros(max(n, 1), a.dtype)      # no elements: one, and the view at its start
+    buf = np.full(max(n, 1) + slack, fill, a.dtype)  # no elements: one, the view at its start
     v = np.ndarray(a.shape, a.dtype, buffer=buf, offset=offset * a.itemsize if n else 0,
                    strides=tuple(s * a.itemsize for s in strides))
     v[...] = a
@@ -232,9 +232,8 @@ def judge_case(case, arrays, outs, f32_ulps, gold=None, interp=False):
             outs[j] = got
         m = judge(name, got, ref, dout, z, o, f32_ulps)
         m.update(output=name, dtype=got.dtype.name, n_skipped=skipped)
-        key = "%s|%d" % (case.name, j)
         if gold is not None:
-            gv = gold[key]
+            gv = gold["%s|%d" % (case.name, j)]
             gv = gv.view(BF16) if got.dtype == BF16 else gv
             wide = GOLDEN_F32_ULPS if got.dtype == np.float32 else 4 * f32_ulps
             g = judge(name, got, gv.astype(np.float64), dout, z, o, wide)

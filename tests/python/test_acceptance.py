@@ -284,6 +284,48 @@ def test_precision_only_runs_the_whole_list_untimed(tmp_path, capsys):
     assert "--precision-only times nothing" in err and "add --precision-only" in err
 
 
+def test_outputs_are_made_in_the_layouts_views():
+    """zgate_impl hands bwd and fwd their outputs in the views of the case's layout (permuted:
+    dz nheads_outer, dout_scaled rows_padded_1, the forward's out dz's), the padding NaN, and
+    judges what they wrote there; a write into the padding fails the case."""
+    import zgate
+    from zgate import cases as C
+    from zgate.acceptance import run as U
+    dev, seen = D.Cpu(1), {}
+
+    class Recording:
+        scribble = False
+
+        @classmethod
+        def bwd(cls, dout, z, o, dz, dout_scaled, **kw):
+            seen["bwd"] = [(a.strides, np.isnan(a.base).sum()) for a in (dz, dout_scaled)]
+            r = zgate.bwd(dout, z, o, dz=dz, dout_scaled=dout_scaled, **kw)
+            if cls.scribble:        # one element of dout_scaled's padding
+                pad = C.in_view(np.zeros(dz.shape, bool), views[4], fill=True).base
+                dout_scaled.base[np.flatnonzero(pad)[0]] = 0
+            return r
+
+        @staticmethod
+        def fwd(o, z, out, **kw):
+            seen["fwd"] = [(out.strides, np.isnan(out.base).sum())]
+            return zgate.fwd(o, z, out=out, **kw)
+
+    views = C.layout_views("permuted")[1]
+    assert [v.order for v in views[3:]] == [(2, 3, 0, 1), (0, 2, 1, 3)] and views[4].extra
+    prepare = U.zgate_impl(Recording)
+    for op, slots in (("bwd", (3, 4)), ("fwd", (3,))):
+        case = next(c for c in C.cases() if c.name == op + " 2x7x3x17 f32 permuted")
+        row = U.check_case(dev, prepare, case, 1, C.F32_ULPS)[0]
+        assert row["error"] is None and row["precision_ok"], row
+        for (strides, nans), k in zip(seen[op], slots):
+            want, _, n = C.view_strides(views[k], case.shape)
+            assert strides == tuple(4 * s for s in want) and nans == n
+    Recording.scribble = True
+    case = next(c for c in C.cases() if c.name == "bwd 2x7x3x17 f32 permuted")
+    row = U.check_case(dev, prepare, case, 1, C.F32_ULPS)[0]
+    assert "dout_scaled: 1 elements of its buffer outside its view were written" in row["error"]
+
+
 def _two_threads_speedup():
     """How much faster two threads are than one on this machine right now, timed as the run
     times them (the device's wall time, cache flushed)."""

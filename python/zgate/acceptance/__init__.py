@@ -74,7 +74,7 @@ def _writable(path):
 
 
 def _check_args(a):
-    """Everything that can be refused before any work: (cases, baseline, golden, impl)."""
+    """Everything that can be refused before any work: (cases, baseline, golden)."""
     for n in ("warmup", "repeats", "threads", "flush_mb"):
         v = getattr(a, n)
         if v is not None and (v < 0 or (n == "repeats" and v < 1)):

@@ -1,9 +1,10 @@
 """The devices of the acceptance run: NumPy arrays on the CPU, PyTorch tensors on CUDA, the
 NPU or the CPU (the Triton interpreter). Each puts arrays there with their strides, makes
-NaN-poisoned outputs, brings results back, flushes its cache and times: kernel_us (device
-kernel time from the framework's profiler; the call's wall time on the CPU), wall_us
-(event-timed wall time of one call, cache flushed before each), copy_call (a copy of given
-bytes, timed like the operator). The NPU-only parts are plain functions.
+NaN-poisoned outputs in a view, brings results (and an output's whole buffer) back, flushes
+its cache and times: kernel_us (device kernel time from the framework's profiler; the call's
+wall time on the CPU), wall_us (event-timed wall time of one call, cache flushed before
+each), copy_call (a copy of given bytes, timed like the operator). The NPU-only parts are
+plain functions.
 """
 import csv
 import glob
@@ -109,13 +110,16 @@ class Cpu(Timing):
     def put(self, a):
         return a
 
-    def empty(self, shape, dtype, slack=0):
-        """NaN-poisoned, with `slack` more elements after it."""
-        n = int(np.prod(shape))
-        return np.full(n + slack, np.nan, C.np_dtype(dtype))[:n].reshape(shape)
+    def empty(self, shape, dtype, view, slack=0):
+        """A new array in `view` (cases.def), its whole buffer NaN, `slack` elements longer."""
+        return C.in_view(np.full(shape, np.nan, C.np_dtype(dtype)), view, np.nan, slack)
 
     def get(self, t):
         return np.array(t)
+
+    def buffer(self, t):
+        """The whole buffer of an array that empty made (its base)."""
+        return t.base
 
     def sync(self):
         pass
@@ -154,14 +158,18 @@ class Torch(Timing):
     def put(self, a):
         return to_torch(self.torch, a, self.name)
 
-    def empty(self, shape, dtype, slack=0):
-        n = int(np.prod(shape))
-        buf = self.torch.full((n + slack,), float("nan"), dtype=getattr(self.torch, dtype),
-                              device=self.name)
-        return buf[:n].view(shape)
+    def empty(self, shape, dtype, view, slack=0):
+        strides, offset, n = C.view_strides(view, shape)
+        buf = self.torch.full((max(n, 1) + slack,), float("nan"),
+                              dtype=getattr(self.torch, dtype), device=self.name)
+        return buf.as_strided(shape, strides, offset if n else 0)
 
     def get(self, t):
         return from_torch(t)
+
+    def buffer(self, t):
+        return from_torch(t.as_strided((t.untyped_storage().nbytes() // t.element_size(),),
+                                       (1,), 0))
 
     def sync(self):
         self.mod.synchronize()
@@ -234,7 +242,7 @@ class Npu(Torch):
         return super().kernel_us(fn, warmup, repeats)
 
     def _profile(self, fn, calls):
-        import torch_npu  # noqa: F401  (registers the npu device)
+        import torch_npu
         P = torch_npu.profiler
         self.sync()
         with tempfile.TemporaryDirectory(prefix="zgate_prof_") as d:

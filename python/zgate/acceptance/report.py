@@ -3,7 +3,6 @@
 A run is a dict {"meta": {...}, "cases": [row, ...]} (run.measure's rows), the same as the
 --json and --save-baseline files.
 """
-import math
 import statistics
 
 SPEED_BAR = 0.9
@@ -21,13 +20,10 @@ def check_compatible(meta, names, base, what):
             what, base["meta"]["seed"], meta["seed"]))
     theirs = [r["case"] for r in base["cases"]]
     if theirs != names:
-        only_b = [n for n in theirs if n not in names]
-        only_r = [n for n in names if n not in theirs]
-        why = "; ".join(s for s in (
-            "only in %s: %s" % (what, ", ".join(only_b[:5]) + (" ..." if len(only_b) > 5 else ""))
-            if only_b else "",
-            "only in this run: %s" % (", ".join(only_r[:5]) + (" ..." if len(only_r) > 5 else ""))
-            if only_r else "") if s) or "the same cases in another order"
+        only = (("only in %s" % what, [n for n in theirs if n not in names]),
+                ("only in this run", [n for n in names if n not in theirs]))
+        why = "; ".join("%s: %s%s" % (where, ", ".join(ns[:5]), " ..." if len(ns) > 5 else "")
+                        for where, ns in only if ns) or "the same cases in another order"
         raise Mismatch("%s holds another case list (%s): make both with the same --quick, "
                        "--op and --filter" % (what, why))
 
@@ -54,11 +50,10 @@ def compare(run, base):
          "n_launch_bound": len(run["cases"]) - len(judged)}
     if have:
         bw = [rows[n]["bw_ratio"] for n in judged if rows[n]["bw_ratio"] is not None]
-        s.update(geomean=math.exp(statistics.fmean(math.log(x) for x in have)),
-                 median=statistics.median(have), min=min(have),
-                 n_09=sum(x >= SPEED_BAR for x in have), n_10=sum(x >= 1.0 for x in have),
-                 bw_geomean=math.exp(statistics.fmean(math.log(x) for x in bw)) if bw else
-                 float("nan"))
+        s.update(geomean=statistics.geometric_mean(have), median=statistics.median(have),
+                 min=min(have), n_09=sum(x >= SPEED_BAR for x in have),
+                 n_10=sum(x >= 1.0 for x in have),
+                 bw_geomean=statistics.geometric_mean(bw) if bw else float("nan"))
     return {"rows": rows, "summary": s}
 
 
@@ -187,9 +182,8 @@ def markdown(run, cmp, crits, lang="en"):
             continue
         k = r.get("kernel") or {}
         name = r["case"] + (" (%s)" % t["lb"] if r["launch_bound"] else "")
-        prec = _precision(r, t)
         line = "| %s | %.2f | %s | %s (%s-%s) | %s | %s | %s | %.1f |" % (
-            name, r["bytes"] / 1e6, prec, _f(k.get("median")), _f(k.get("min")),
+            name, r["bytes"] / 1e6, _precision(r, t), _f(k.get("median")), _f(k.get("min")),
             _f(k.get("max")), _f((r.get("wall") or {}).get("median")),
             _f((r.get("copy") or {}).get("median")),
             _f(r.get("frac_copy") and 100 * r["frac_copy"], "%.1f%%"), r["ideal_us"])

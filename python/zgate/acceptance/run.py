@@ -2,6 +2,8 @@
 import math
 import statistics
 
+import numpy as np
+
 from .. import cases as C
 from .device import TimingError
 
@@ -36,21 +38,27 @@ def nbytes(case):
     return math.prod(case.shape) * sum(size[d] for d in case.dtypes)
 
 
-# --- implementations: prepare(case, device tensors) -> (call, outputs) ------------------------
+# --- implementations: prepare(dev, case, device inputs) -> (call, outputs, views) -----------
+# views[j]: the cases.def View that outputs[j] was made in, NaN throughout its buffer, whose
+# padding check_case finds untouched after the call; none for outputs made otherwise.
 
 def zgate_impl(module, threads=0):
-    """prepare for module.bwd / module.fwd (zgate or zgate.triton): new poisoned outputs; in
-    place, dout_scaled is dout (the case list gives it dout's dtype)."""
+    """prepare for module.bwd / module.fwd (zgate or zgate.triton), which write into outputs
+    the caller gives: new NaN-poisoned ones in the views of the case's layout, dz's and
+    dout_scaled's (the forward's out: dz's); in place, dout_scaled is dout (the case list
+    gives it dout's dtype)."""
     kw = {"num_threads": threads} if threads else {}
 
     def prepare(dev, case, ins):
-        outs = [dev.empty(case.shape, d) for d in case.dtypes[len(ins):]]
+        views = C.layout_views(case.layout)[1]
+        views = views[3:4] if case.op == "fwd" or case.inplace else views[3:5]
+        outs = [dev.empty(case.shape, d, v) for d, v in zip(case.dtypes[len(ins):], views)]
         if case.op == "fwd":
-            return lambda: module.fwd(*ins, out=outs[0], **kw), outs
+            return lambda: module.fwd(*ins, out=outs[0], **kw), outs, views
         if case.inplace:
-            outs[1] = ins[0]
-            return lambda: module.bwd(*ins, dz=outs[0], inplace=True, **kw), outs
-        return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs
+            outs.append(ins[0])
+            return lambda: module.bwd(*ins, dz=outs[0], inplace=True, **kw), outs, views
+        return lambda: module.bwd(*ins, dz=outs[0], dout_scaled=outs[1], **kw), outs, views
     return prepare
 
 
@@ -61,14 +69,15 @@ def takes(case):
 
 
 def function_impl(fn):
-    """prepare for fn(do, z, o) -> (dz, do_scaled), upstream's compute_dzdo signature: its
-    outputs are its own, so the list given back is filled by each call."""
+    """prepare for fn(do, z, o) -> (dz, do_scaled), upstream's compute_dzdo signature: it
+    allocates its outputs itself (no layout's view to give it), so the list given back is
+    filled by each call."""
     def prepare(dev, case, ins):
         outs = []
 
         def call():
             outs[:] = fn(*ins)
-        return call, outs
+        return call, outs, ()
     return prepare
 
 
@@ -76,20 +85,22 @@ def upstream_impl(mod):
     """Upstream's dzdo kernel launched as its compute_dzdo does (same grid and arguments;
     the wrapper itself asserts CUDA tensors). Its rows are padded to the next power of two
     and masked on that size, so it reads and writes past each row's end: every tensor gets
-    that much slack after its last element, and the outputs' wrong values show up as such."""
+    that much slack after its last element, and the outputs' wrong values show up as such.
+    The outputs are compact, as compute_dzdo allocates them, not in the layout's views."""
     import triton
     kern = mod.mamba3_siso_bwd_kernel_dzdo
+    dense = C.layout_views("dense")[1][3]
 
     def prepare(dev, case, ins):
         b, l, h, d = case.shape
         hv = triton.next_power_of_2(d)
         ins = [_with_slack(dev, t, hv) for t in ins]
-        outs = [dev.empty(case.shape, dt, slack=hv) for dt in case.dtypes[3:]]
+        outs = [dev.empty(case.shape, dt, dense, hv) for dt in case.dtypes[3:]]
         args = [*ins, *outs] + [s for t in ins + outs for s in t.stride()] + [l, d]
 
         def grid(meta):
             return (triton.cdiv(l, meta["CHUNK_SIZE"]), h, b)
-        return lambda: kern[grid](*args, HEADDIM_V=hv), outs
+        return lambda: kern[grid](*args, HEADDIM_V=hv), outs, ()
     return prepare
 
 
@@ -103,6 +114,12 @@ def _with_slack(dev, t, slack):
 
 
 # --- one case -------------------------------------------------------------------------------
+
+def _padding_written(dev, t, view):
+    """How many elements of t's buffer outside its `view` (cases.def) are no longer NaN."""
+    pad = C.in_view(np.zeros(t.shape, bool), view, fill=True).base
+    return int(np.count_nonzero(~np.isnan(dev.buffer(t)[pad].astype(np.float32))))
+
 
 def _stats(us):
     return {"median": statistics.median(us), "min": min(us), "max": max(us), "n": len(us)}
@@ -119,9 +136,15 @@ def check_case(dev, prepare, case, seed, f32_ulps, gold=None, interp=False):
         ins = [dev.put(a) for a in arrays]
         if case.inplace:        # dout is written over: the arrays stay as they were
             ins[0] = dev.put(arrays[0].copy())
-        call, outs = prepare(dev, case, ins)
+        call, outs, views = prepare(dev, case, ins)
         call()
         dev.sync()
+        for name, t, view in zip(("dz", "dout_scaled") if case.op == "bwd" else ("out",),
+                                 outs, views):
+            n = _padding_written(dev, t, view)
+            if n:
+                raise RuntimeError("%s: %d elements of its buffer outside its view were "
+                                   "written" % (name, n))
         row["outs"] = [dev.get(t) for t in outs]
         row["outputs"] = C.judge_case(case, arrays, row["outs"], f32_ulps, gold, interp)
         row["precision_ok"] = all(m["ok"] and m.get("golden_ok", True) for m in row["outputs"])
