@@ -253,6 +253,7 @@ def test_equal_terms():
     assert "profiling guide" in e["A100 80GB"]["ratios"][1][2]
     assert e["A100 40GB"]["needed_bytes_per_s"] == pytest.approx(1.3995e12)
     assert e["A100 80GB"]["needed_bytes_per_s"] == pytest.approx(1.8351e12)
+    assert e["A100 80GB"]["needed_copy_bytes_per_s"] == pytest.approx(1.8351e12 * 0.9)
     lines = costmodel.equal_terms_lines("Ascend910B2")
     assert "x1.03 at 1.6 TB/s" in lines[1] and "needs 1400 GB/s" in lines[1]
     assert "x0.78 at 1.6 TB/s" in lines[2] and "needs 1835 GB/s" in lines[2]

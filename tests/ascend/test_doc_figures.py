@@ -204,18 +204,21 @@ def _equal_terms_quotes():
     r80, g80 = (x[1] for x in e["A100 80GB"]["ratios"])
     b40, b80 = e["A100 40GB"]["bytes_per_s"] / 1e9, e["A100 80GB"]["bytes_per_s"] / 1e9
     n40, n80 = (e[a]["needed_bytes_per_s"] / 1e9 for a in costmodel.A100S)
+    c40, c80 = (e[a]["needed_copy_bytes_per_s"] / 1e9 for a in costmodel.A100S)
     pct = "%d%%" % round(costmodel.EFFICIENCY * 100)
     en = ["same share of its nominal HBM bandwidth (%s," % pct,
           "documented as %.1f TB/s" % (bw / 1e12),
           "about {:.2f}x an A100 40 GB ({:,.0f} GB/s) and {:.2f}x an A100 80 GB SXM ({:,.0f} "
           "GB/s;".format(r40, b40, r80, b80),
-          "0.9x needs {:,.0f} GB/s against the first and {:,.0f} GB/s against the second"
-          .format(n40, n80),
+          "0.9x needs {:,.0f} GB/s against the first and {:,.0f} GB/s against the second "
+          "(nominal; as a measured device-to-device copy, {:,.0f} and {:,.0f} GB/s)"
+          .format(n40, n80, c40, c80),
           "sustains about %.2f TB/s" % (n80 / 1e3), "(at it: %.2fx and %.2fx)" % (g40, g80)]
     zh = ["标称 HBM 带宽的同一比例计算时（%s，" % pct, "为 %.1f TB/s" % (bw / 1e12),
           "A100 40 GB（{:,.0f} GB/s）的 {:.2f} 倍".format(b40, r40),
           "A100 80 GB SXM（{:,.0f} GB/s".format(b80), "的 %.2f 倍" % r80,
-          "对 A100 40 GB 需要 {:,.0f} GB/s，对 A100 80 GB 需要 {:,.0f} GB/s".format(n40, n80),
+          "对 A100 40 GB 需要 {:,.0f} GB/s，对 A100 80 GB 需要 {:,.0f} GB/s（标称值；折合实测的"
+          "设备内拷贝带宽为 {:,.0f} 与 {:,.0f} GB/s）".format(n40, n80, c40, c80),
           "约 %.2f TB/s" % (n80 / 1e3), "分别为 %.2f 倍与 %.2f 倍" % (g40, g80)]
     return {OPERATOR: en, PERF: en, OPERATOR_ZH: zh, TREE_DOC: zh}
 
