@@ -68,12 +68,14 @@ def main(out, upstream, quick=True):
             gold = npu.index("--golden") + 1
             rc2, _ = run(where, "upgold-use", on_gpu(npu[:gold] + ["up.npz"] + npu[gold + 1:],
                                                      upstream, quick), env)
-            named = "cannot be the golden run" in open(os.path.join(where, "upgold-use.log")).read()
+            with open(os.path.join(where, "upgold-use.log")) as f:
+                named = "cannot be the golden run" in f.read()
             for name, rc, want, crit in (("upgold-save", rc1, 1, crit1),
                                          ("upgold-use", rc2, 2, "named" if named else "")):
                 ok = rc == want and (name != "upgold-use" or named)
                 bad += not ok
-                rows.append((doc, name, rc, "ok" if ok else "WRONG", crit, "exit %d expected" % want))
+                rows.append((doc, name, rc, "ok" if ok else "WRONG", crit,
+                             "exit %d expected" % want))
     print("%-9s %-12s %3s %-6s %s" % ("recipe", "step", "rc", "", "criteria / command"))
     for doc, step, rc, ok, crit, cmd in rows:
         print("%-9s %-12s %3d %-6s %s\n%30s%s" % (doc, step, rc, ok, crit, "", cmd[:150]))
