@@ -2,7 +2,8 @@
 # The documented acceptance recipes for real on an NVIDIA GPU (tests/triton/gpu_recipe.py):
 # zgate built with CUDA, upstream's kernel from ZGATE_ORIG_MAMBA (default third_party_ref/mamba,
 # never committed; its mamba_ssm/ops/triton holds mamba3/), the NPU step on the GPU as its
-# stand-in. FULL=1: the commands without --quick. Logs and reports in $OUT; the table last.
+# stand-in. FULL=1: the commands without --quick. STAGES: build, recipe or both. Logs and
+# reports in $OUT; the table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
@@ -12,7 +13,9 @@ source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF
 export BUILD CFG OUT UP
-STAGES="build recipe"
+STAGES=${STAGES:-"build recipe"}     # one device call each if 10 minutes are too few for both
+# upstream autotunes 54 configs per power-of-two headdim in each run: keep the results on disk
+export TRITON_CACHE_AUTOTUNING=1
 stage build 300 'cmake -S . -B $BUILD $CFG && cmake --build $BUILD -j 16'
 gpu_python_package
 # upstream's mamba3_siso_bwd.py imports einops at the top, and its dzdo path never calls it
