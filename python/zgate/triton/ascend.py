@@ -4,9 +4,10 @@ triton-ascend runs its front end (TTIR, then triton-adapter-opt to linalg with H
 annotations) on any host; bishengir-compile (from the ascendnpu-ir wheel) then runs HFusion,
 HIVM and the UB planner and stops only where it calls CANN's device code generator, hivmc,
 which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the final HIVM IR:
-every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines.
-`python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan, then
-the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir (never in one
+every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines and
+the region each copy moves (gm_copies: sized by the tile's mask, or not).
+`python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan with
+the copies masked to the tile, then the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir (never in one
 environment with upstream triton: both install a package named triton).
 """
 import argparse
@@ -236,11 +237,9 @@ def gm_copies(text, kernel, arg_names):
     for the last two dims, from n_rows and n_cols where those are runtime parameters: a
     partial tile copies only its valid region."""
     lines = _function(text, kernel)
-    header = lines[0]
-    params = re.findall(r"(%arg\d+): [^%]*", header)
-    hacc = [a for a, rest in re.findall(r"(%arg\d+): ([^%]*)", header) if "hacc.arg_type" in rest]
-    plain = [a for a in params if a not in hacc]
-    names = dict(zip(plain, arg_names))
+    # the signature's parameters follow the ones triton-ascend adds (hacc.arg_type)
+    params = re.findall(r"(%arg\d+): ([^%]*)", lines[0])
+    names = dict(zip([a for a, attrs in params if "hacc.arg_type" not in attrs], arg_names))
     defs, loop_var, loop_depth, depth, calls = {}, None, None, 0, []
     for line in lines[1:]:
         m = re.match(r"\s*scf\.for (%\w+) = ", line)
@@ -346,13 +345,13 @@ def _ratio(x):
 def _print(r, predict):
     """Print a report (with `predict` on the dense layout, a line per request shape as
     --help says); True when the plan holds (UB within capacity, double-buffered, no scalar
-    accesses)."""
+    accesses, every GM copy masked to the tile)."""
     c = r["cost"]
     ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
           and r["scalar_accesses"] == 0 and r["gm_copies_bounded"])
     # '2d' when every GM<->UB copy is a 2-D copy, else the routine names
     copies = ",".join(sorted({(re.findall(r"_(\dd)_", x) or [x])[0] for x in r["copies"]}))
-    bounded = sum(c["bounded"] for c in r["gm_copies"])
+    bounded = sum(x["bounded"] for x in r["gm_copies"])
     print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
           "scalar %d  copies %s, %d/%d masked to the tile%s" % (
               r["target"], r["op"], ",".join(TRITON_DTYPE[d] for d in r["dtypes"]), r["layout"],
