@@ -109,7 +109,8 @@ def test_specialise_refuses_what_it_cannot_cut():
     with pytest.raises(RuntimeError, match="zgate"):
         specialise.plan_pieces(plan_src.replace('"""Element strides', '"""zgate: element strides'))
     with pytest.raises(RuntimeError, match="MAX_NDIM"):
-        specialise.plan_pieces(plan_src.replace("n_tiles = n_qa * n_qb", "n_tiles = MAX_NDIM * n_qb"))
+        specialise.plan_pieces(plan_src.replace("n_tiles = n_qa * n_qb",
+                                                "n_tiles = MAX_NDIM * n_qb"))
     with pytest.raises(RuntimeError, match="BACKWARD"):
         specialise.backward_kernel(src.replace("tl.store(dos_at, dos",
                                                "tl.store(dos_at if BACKWARD else dz_at, dos"))

@@ -7,8 +7,9 @@ which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the fi
 every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines and
 the region each copy moves (gm_copies: sized by the tile's mask, or not).
 `python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan with
-the copies masked to the tile, then the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir (never in one
-environment with upstream triton: both install a package named triton).
+the copies masked to the tile, then the vector-cost model (costmodel.py). Needs
+triton-ascend and ascendnpu-ir (never in one environment with upstream triton: both install
+a package named triton).
 """
 import argparse
 import itertools
