@@ -1,9 +1,10 @@
 """The kernel compiled for Ascend 910B2/B3/B4 and the A3 targets (ascend.TARGETS) down to the
 final HIVM IR (bishengir-compile without CANN's hivmc): each op x dtype x layout keeps its UB
-within capacity, double buffering on, no scalar accesses and 2-D GM<->UB copies (every dtype
-combination: test_costmodel.py); an oversized tile is refused, the next tile size loses
-double buffering; the parser tells single from double buffering. Needs triton-ascend and
-ascendnpu-ir (scripts/test.d/70-ascend.sh makes that environment)."""
+within capacity, double buffering on, no scalar accesses and 2-D GM<->UB copies, each sized
+by the tile's valid region (every dtype combination: test_costmodel.py); an oversized tile is
+refused, the next tile size loses double buffering; the parser tells single from double
+buffering. Needs triton-ascend and ascendnpu-ir (scripts/test.d/70-ascend.sh makes that
+environment)."""
 import pytest
 
 from zgate.triton import ascend, plan
@@ -18,6 +19,9 @@ def _assert_planned(r):
     assert r["scalar_accesses"] == 0, where
     assert r["copies"] and all("_2d_" in c for c in r["copies"]), (where, r["copies"])
     assert r["cost"]["by_kind"]["Exp"]["calls"] == 1, (where, r["cost"]["calls"])
+    # every GM copy sized by the tile's valid region (triton-ascend issue 2332)
+    assert r["gm_copies_bounded"], (where, [c for c in r["gm_copies"] if not c["bounded"]])
+    assert len(r["gm_copies"]) == (5 if r["op"] == "bwd" else 3), (where, r["gm_copies"])
 
 
 @pytest.mark.parametrize("target", ascend.TARGETS)

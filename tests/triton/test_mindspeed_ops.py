@@ -1,7 +1,10 @@
-"""python -m zgate.mindspeed_ops: the generated tree holds zgate.triton's jitted functions and
-plan verbatim, imports no zgate, its ATK yaml has its keys, its ATK generator and wrapper
-compute what they should (under stand-ins for ATK's base classes), and its unit tests pass
-under this Python's Triton interpreter with zgate unimportable (70-ascend runs them under
+"""python -m zgate.mindspeed_ops: the generated tree's arch32 kernel is zgate.triton's
+gate_kernel with BACKWARD=True folded in (its forward gone, nothing else changed), its plan
+is plan.py's backward pieces verbatim, neither names zgate nor reads the environment, the
+launch runs the tile loop on several programs when the NPU path is forced (the module helpers
+tests patch); the tree imports no zgate, its ATK yaml has its keys, its ATK generator and
+wrapper compute what they should (under stand-ins for ATK's base classes), and its unit tests
+pass under this Python's Triton interpreter with zgate unimportable (70-ascend runs them under
 triton-ascend's)."""
 import ast
 import os
@@ -17,7 +20,8 @@ from zgate import mindspeed_ops
 
 SRC = os.path.dirname(os.path.abspath(mindspeed_ops.__file__))
 KERNEL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_kernel.py"
-PLAN = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_plan.py"
+IMPL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_impl.py"
+ARCH32 = "mindspeed_ops/arch32/triton/mamba3"
 ATK = "tests/atk_tests/triton/mamba3_siso_bwd_kernel_dzdo/"
 ALLOWED = {"torch", "torch_npu", "triton", "pytest", "numpy", "mindspeed_ops", "atk"} | set(
     sys.stdlib_module_names)
@@ -27,27 +31,135 @@ ALLOWED = {"torch", "torch_npu", "triton", "pytest", "numpy", "mindspeed_ops", "
 def tree(tmp_path_factory):
     out = tmp_path_factory.mktemp("msops")
     written = mindspeed_ops.generate(str(out))
-    assert KERNEL in written and PLAN in written
+    assert KERNEL in written and IMPL in written
     sys.path.insert(0, str(out))
     yield out
     sys.path.remove(str(out))
 
 
-def _jitted(path):
-    """{name: source text} of the @triton.jit functions of a file, decorator included."""
+def _defs(path):
+    """{name: source text} of the top-level functions and classes of a file."""
     text = open(path).read()
-    lines = text.splitlines(keepends=True)
-    return {n.name: "".join(lines[n.decorator_list[0].lineno - 1:n.end_lineno])
-            for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)
-            and any(ast.unparse(d) == "triton.jit" for d in n.decorator_list)}
+    return {n.name: ast.get_source_segment(text, n) for n in ast.parse(text).body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-def test_jitted_functions_are_kernel_pys(tree):
-    ours = _jitted(os.path.join(os.path.dirname(SRC), "triton", "kernel.py"))
-    assert set(ours) == {"_tile_base", "gate_kernel"}
-    assert _jitted(tree / KERNEL) == ours
-    plan = open(os.path.join(os.path.dirname(SRC), "triton", "plan.py")).read()
-    assert re.sub(r"\A(#[^\n]*\n)+", "", open(tree / PLAN).read()) == plan   # header aside
+class _FoldBackward(ast.NodeTransformer):
+    """gate_kernel as a backward-only kernel: `if BACKWARD:` replaced by its body, the
+    parameter dropped; the docstring and name left to the caller."""
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        if isinstance(node.test, ast.Name) and node.test.id == "BACKWARD":
+            return node.body
+        return node
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.args.args = [a for a in node.args.args if a.arg != "BACKWARD"]
+        node.body = node.body[1:]                       # the docstring
+        node.name = "kernel"
+        return node
+
+
+def _kernel_body(text, name):
+    fn = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    return ast.dump(_FoldBackward().visit(fn[0]))
+
+
+def test_kernel_is_gate_kernel_backward(tree):
+    zg = open(os.path.join(os.path.dirname(SRC), "triton", "kernel.py")).read()
+    mine = open(tree / KERNEL).read()
+    assert "BACKWARD" in zg and "BACKWARD" not in mine
+    assert _kernel_body(mine, "mamba3_siso_bwd_dzdo_kernel") == _kernel_body(zg, "gate_kernel")
+    ours = _defs(os.path.join(os.path.dirname(SRC), "triton", "kernel.py"))
+    assert _defs(tree / KERNEL)["_tile_base"] == ours["_tile_base"]
+    assert len(mine) < len(zg)                          # the forward's lines are gone
+
+
+def test_plan_is_plan_pys_backward_pieces(tree):
+    plan_py = _defs(os.path.join(os.path.dirname(SRC), "triton", "plan.py"))
+    impl = _defs(tree / IMPL)
+    taken = set(impl) & set(plan_py)
+    assert {"collapse", "choose_tiles", "plan_call", "backward_arguments"} <= taken
+    for name in taken:
+        assert impl[name] == plan_py[name], name
+    text = open(tree / IMPL).read()
+    for gone in (r"\bkernel_arguments\b", r"\bnpu_tile\b", r"^SLOTS =", "MAX_NDIM", "N_INPUTS"):
+        assert not re.search(gone, text, re.M), gone
+
+
+def test_arch32_reads_without_zgate(tree):
+    """No word of zgate's internals or of the forward path, no interpreter branch (the
+    license header aside: the generator's header is checked on its own)."""
+    for fn in os.listdir(tree / ARCH32):
+        text = re.sub(r"\A(#[^\n]*\n)+", "", open(tree / ARCH32 / fn).read())
+        for word in ("zgate", r"validate\.c", "_internal", "ZGATE_", "TRITON_INTERPRET",
+                     r"os\.environ", r"\bBACKWARD\b", "forward"):
+            assert not re.search(word, text, re.I if word == "zgate" else 0), (fn, word)
+
+
+def test_specialise_refuses_what_it_cannot_cut():
+    from zgate.mindspeed_ops import specialise
+    src = open(specialise.KERNEL_FILE).read()
+    with pytest.raises(RuntimeError, match="one `if BACKWARD:`"):
+        specialise.specialise_kernel(src.replace("        if BACKWARD:\n",
+                                                 "        if BACKWARD and OUT16:\n"))
+    plan_src = open(specialise.PLAN_FILE).read()
+    with pytest.raises(RuntimeError, match="zgate"):
+        specialise.plan_pieces(plan_src.replace('"""Element strides', '"""zgate: element strides'))
+    with pytest.raises(RuntimeError, match="MAX_NDIM"):
+        specialise.plan_pieces(plan_src.replace("n_tiles = n_qa * n_qb",
+                                                "n_tiles = MAX_NDIM * n_qb"))
+    with pytest.raises(RuntimeError, match="BACKWARD"):
+        specialise.backward_kernel(src.replace("tl.store(dos_at, dos",
+                                               "tl.store(dos_at if BACKWARD else dz_at, dos"))
+
+
+def _arch32_impl(tree, monkeypatch, programs):
+    """The impl module, forced onto the NPU path: `programs` vector cores and a 256-element
+    NPU tile, so that CPU calls of a few thousand elements loop over several tiles each."""
+    import importlib
+    impl = importlib.import_module(IMPL[:-3].replace("/", "."))
+    monkeypatch.setattr(impl, "uses_vector_cores", lambda device: True)
+    monkeypatch.setattr(impl, "get_vector_num", lambda: programs)
+    monkeypatch.setattr(impl, "NPU_TILE", 256)
+    grids = []
+    kernel = impl.mamba3_siso_bwd_dzdo_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                grids.append((grid, kw.get("multibuffer")))
+                return kernel[grid](**kw)
+            return launch
+    monkeypatch.setattr(impl, "mamba3_siso_bwd_dzdo_kernel", Spy())
+    return impl, grids
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("zview", [False, True])
+def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
+    impl, grids = _arch32_impl(tree, monkeypatch, programs=3)
+    B, L, H, D = 2, 17, 3, 80
+    g = torch.Generator().manual_seed(7)
+    do, o = (torch.randn(B, L, H, D, generator=g).to(dtype) for _ in range(2))
+    proj = torch.randn(B, L, 2 * H * D + 11, generator=g).to(dtype)
+    z = (proj[..., 5:5 + H * D].view(B, L, H, D) if zview
+         else torch.randn(B, L, H, D, generator=g).to(dtype))
+    dz, dos = impl.mamba3_siso_bwd_dzdo_impl(do, z, o)
+    (grid, multibuffer), = grids
+    assert grid == (3,) and multibuffer is True
+    _, _, tiles = impl.plan_call(tuple(do.shape), tuple(t.stride() for t in (do, z, o, dz, dos)),
+                                 256)
+    assert tiles.n_tiles > 3                            # each program loops
+    d, zz, oo = (t.double() for t in (do, z, o))
+    s = torch.sigmoid(zz)
+    tol = {torch.float32: 1e-6, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[dtype]
+    for got, ref in ((dz, d * oo * s * (1 + zz * (1 - s))), (dos, d * s * zz)):
+        assert got.dtype == dtype and got.shape == do.shape
+        err = (got.double() - ref).abs() - tol * ref.abs()
+        assert float(err.max()) <= tol, float(err.max())
 
 
 def test_no_file_imports_zgate(tree):

@@ -4,10 +4,12 @@ triton-ascend runs its front end (TTIR, then triton-adapter-opt to linalg with H
 annotations) on any host; bishengir-compile (from the ascendnpu-ir wheel) then runs HFusion,
 HIVM and the UB planner and stops only where it calls CANN's device code generator, hivmc,
 which needs CANN. The IR it keeps at that point (module.hivm.opt.mlir) is the final HIVM IR:
-every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines.
-`python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan, then
-the vector-cost model (costmodel.py). Needs triton-ascend and ascendnpu-ir (never in one
-environment with upstream triton: both install a package named triton).
+every UB buffer with its offset, the double-buffer selects, the GM<->UB copy routines and
+the region each copy moves (gm_copies: sized by the tile's mask, or not).
+`python -m zgate.triton.ascend --help` prints two lines per combination: the UB plan with
+the copies masked to the tile, then the vector-cost model (costmodel.py). Needs
+triton-ascend and ascendnpu-ir (never in one environment with upstream triton: both install
+a package named triton).
 """
 import argparse
 import itertools
@@ -61,10 +63,14 @@ def ptr_arg(dtype):
                                  element_size=lambda: _plan.DTYPE_BYTES[dtype])
 
 
-def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
+def kernel_args(op, dtypes, layout, headdim, tile_elems=None, backward_only=False):
     """(args, constexprs) of the kernel, pointers as ptr_arg(), for the call the report
     compiles: REPORT_BLH + (headdim,), dense or with Z as a view into a projection of width
-    REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given."""
+    REPORT_PROJ. The tile is the NPU's (plan.npu_tile) unless tile_elems is given.
+    backward_only: for a kernel without the BACKWARD switch (the MindSpeed-Ops tree's),
+    plan.backward_arguments; op must be 'bwd'."""
+    if backward_only and op != "bwd":
+        raise ValueError("a backward-only kernel compiles op 'bwd', not %r" % (op,))
     dtypes = [SHORT[d] for d in dtypes]
     shape = REPORT_BLH + (headdim,)
     strides = [_plan.compact_strides(shape)] * len(dtypes)
@@ -74,14 +80,19 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None):
         raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
     tile = tile_elems or _plan.npu_tile(op, dtypes)
     _, lay, tiles = _plan.plan_call(shape, tuple(strides), tile)
-    return _plan.kernel_arguments(op, [ptr_arg(d) for d in dtypes], lay, tiles)
+    ptrs = [ptr_arg(d) for d in dtypes]
+    if backward_only:
+        return _plan.backward_arguments(ptrs, lay, tiles)
+    return _plan.kernel_arguments(op, ptrs, lay, tiles)
 
 
 def linalg_of(args, consts, target="Ascend910B2", kernel=None):
     """triton-ascend's front end for the NPU on kernel arguments by name (as
     plan.kernel_arguments gives them, pointers as ptr_arg()), specialised on their values as
-    a launch is: (linalg text, metadata). kernel: a jitted function with gate_kernel's
-    parameters (default gate_kernel)."""
+    a launch is: (linalg text, metadata). kernel: a jitted function (default gate_kernel)
+    whose parameters are exactly the names given. metadata["arg_names"]: the runtime
+    parameters left in the compiled signature, in order (those equal to 1 are specialised
+    away)."""
     backend_cls, _ = _toolchain()
     import triton
     from triton.backends.compiler import GPUTarget
@@ -91,7 +102,13 @@ def linalg_of(args, consts, target="Ascend910B2", kernel=None):
         from .kernel import gate_kernel as kernel
     gtarget = GPUTarget("npu", target, 0)
     params = kernel.params
-    vals = [{**args, **consts}[p.name] for p in params]
+    given = {**args, **consts}
+    names = [p.name for p in params]
+    if set(names) != set(given):
+        raise ValueError("%s takes %s; the arguments given lack %s and add %s" % (
+            kernel.fn.__name__, names, sorted(set(names) - set(given)),
+            sorted(set(given) - set(names))))
+    vals = [given[n] for n in names]
     attrs = make_backend(gtarget).get_attrs_descriptor(params, vals)
     fixed = attrs.get_constants()
     signature, constants = {}, {}
@@ -118,7 +135,10 @@ def linalg_of(args, consts, target="Ascend910B2", kernel=None):
             raise
     finally:
         stage_globals["linalg_to_bin_enable_npu_compile_A2_A3"] = saved
-    return stage_globals["_parse_linalg_metadata"](caught["linalg"], caught["metadata"])
+    linalg, metadata = stage_globals["_parse_linalg_metadata"](caught["linalg"],
+                                                               caught["metadata"])
+    metadata = dict(metadata, arg_names=[n for n in signature if n not in constants])
+    return linalg, metadata
 
 
 class UBOverflow(RuntimeError):
@@ -184,29 +204,138 @@ def parse_hivm(text):
     }
 
 
+_DEF = re.compile(r"^\s*(%[\w.]+)(?::\d+)? = (.*)$")
+_COPY = re.compile(r"func\.call @((load_gm_to_ubuf|store_ubuf_to_gm)\w*)\((%\w+), (%\w+)")
+_SUBVIEW = re.compile(r"memref\.subview (%\w+)\[([^\]]*)\] \[([^\]]*)\] \[([^\]]*)\]")
+
+
+def _function(text, kernel):
+    """The lines of func.func @kernel, from its header to its closing brace."""
+    start = text.find("func.func @%s(" % kernel)
+    if start < 0:
+        raise ValueError("no func.func @%s in the HIVM IR" % kernel)
+    lines, depth = [], 0
+    for line in text[start:].splitlines():
+        lines.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth <= 0 and line.strip().startswith("}"):
+            break
+    return lines
+
+
+def gm_copies(text, kernel, arg_names):
+    """Every GM<->UB copy of @kernel's final HIVM IR, and whether the tile's valid region
+    bounds it (triton-ascend issue 2332: a masked-out lane of tl.load can still issue its
+    global-memory access; where the compiler turns the mask into the copy's size, no address
+    outside the valid region is touched).
+
+    arg_names: the runtime parameters of the compiled signature in order (linalg_of's
+    metadata["arg_names"]). Per copy: routine, direction ('load' or 'store'), tensor (the
+    pointer parameter behind its GM operand, None if not found), in_loop (inside the tile
+    loop), sizes (per dim: the parameters and 'tile' (the loop index) its size is computed
+    from, or the literal size) and bounded: the GM operand is a memref.subview at offset 0
+    of the tensor's tile whose every size is computed per tile (from the loop index) and,
+    for the last two dims, from n_rows and n_cols where those are runtime parameters: a
+    partial tile copies only its valid region."""
+    lines = _function(text, kernel)
+    # the signature's parameters follow the ones triton-ascend adds (hacc.arg_type)
+    params = re.findall(r"(%arg\d+): ([^%]*)", lines[0])
+    names = dict(zip([a for a, attrs in params if "hacc.arg_type" not in attrs], arg_names))
+    defs, loop_var, loop_depth, depth, calls = {}, None, None, 0, []
+    for line in lines[1:]:
+        m = re.match(r"\s*scf\.for (%\w+) = ", line)
+        if m and loop_var is None:
+            loop_var, loop_depth = m.group(1), depth + 1
+        m = _DEF.match(line)
+        if m:
+            defs[m.group(1)] = m.group(2)
+        m = _COPY.search(line)
+        if m:
+            calls.append((m, loop_depth is not None and depth >= loop_depth))
+        depth += line.count("{") - line.count("}")
+
+    def roots(value, seen=None):
+        """The parameters and the loop index a value is computed from."""
+        seen = set() if seen is None else seen
+        if value in seen:
+            return set()
+        seen.add(value)
+        if value == loop_var:
+            return {"tile"}
+        if value in names:
+            return {names[value]}
+        out = set()
+        for v in re.findall(r"%[\w.]+", defs.get(value, "")):
+            out |= roots(v.split("#")[0], seen)
+        return out
+
+    def source(value):
+        """(memref.subview match or None, tensor name) behind a copy's GM operand."""
+        sub = None
+        while value in defs:
+            rhs = defs[value]
+            m = re.match(r"memref\.(cast|subview|reinterpret_cast) (%\w+)", rhs)
+            if not m:
+                break
+            if m.group(1) == "subview" and sub is None:
+                sub = _SUBVIEW.match(rhs)
+            value = m.group(2)
+        return sub, names.get(value)
+
+    out = []
+    for m, in_loop in calls:
+        direction = "load" if m.group(2).startswith("load") else "store"
+        sub, tensor = source(m.group(3) if direction == "load" else m.group(4))
+        sizes, bounded = [], sub is not None and tensor is not None and in_loop
+        if sub is not None:
+            bounded = bounded and all(o.strip() == "0" for o in sub.group(2).split(","))
+            dims = [x.strip() for x in sub.group(3).split(",")]
+            for size, extent in zip(dims, ["n_rows", "n_cols"][-len(dims):]):
+                if size.startswith("%"):
+                    r = sorted(roots(size))
+                    sizes.append(r)
+                    # per tile, and from the tensor's extent where that is a runtime value
+                    bounded = bounded and "tile" in r and (
+                        extent in r or extent not in arg_names)
+                else:
+                    sizes.append(int(size))
+                    bounded = False
+        out.append({"routine": m.group(1), "direction": direction, "tensor": tensor,
+                    "in_loop": in_loop, "sizes": sizes, "bounded": bool(bounded)})
+    return out
+
+
 def ascend_compile_report(target="Ascend910B2", op="bwd", dtypes=("bf16",) * 5,
                           layout="dense", headdim=64, tile_elems=None, keep_dir=None,
                           kernel=None):
-    """Compile the kernel (or `kernel`, see linalg_of) for `target` through triton-ascend and
-    bishengir-compile: the UB plan of its final HIVM IR (parse_hivm) with the tile it used,
-    `hivm_path` (the IR, kept under keep_dir or a fresh temporary directory) and `cost`
+    """Compile the kernel (or `kernel`, see linalg_of: gate_kernel's parameters, or those of
+    a backward-only kernel without BACKWARD, as the MindSpeed-Ops tree's) for `target`
+    through triton-ascend and bishengir-compile: the UB plan of its final HIVM IR
+    (parse_hivm) with the tile it used, `hivm_path` (the IR, kept under keep_dir or a fresh
+    temporary directory), `gm_copies` (gm_copies: every GM load and store, and whether the
+    tile's valid region bounds it), `gm_copies_bounded` (all of them are) and `cost`
     (costmodel.model)."""
     dtypes = tuple(SHORT[d] for d in dtypes)
     if (op, len(dtypes)) not in (("bwd", 5), ("fwd", 3)):
         raise ValueError("op is 'bwd' with 5 dtypes (dout, z, o, dz, dout_scaled) or 'fwd' "
                          "with 3 (o, z, out), not %r with %d" % (op, len(dtypes)))
-    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems)
+    backward_only = kernel is not None and "BACKWARD" not in [p.name for p in kernel.params]
+    args, consts = kernel_args(op, dtypes, layout, headdim, tile_elems, backward_only)
     linalg, metadata = linalg_of(args, consts, target, kernel)
+    name = metadata["kernel_name"]
     workdir = keep_dir or tempfile.mkdtemp(prefix="zgate-hivm-")
     os.makedirs(workdir, exist_ok=True)
     hivm = compile_hivm(linalg, metadata, target, workdir)
     with open(hivm) as f:
         text = f.read()
     rep = parse_hivm(text)
+    copies = gm_copies(text, name, metadata["arg_names"])
     rep.update(target=target, op=op, dtypes=list(dtypes), layout=layout, headdim=headdim,
-               block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"], out16=consts["OUT16"],
-               hivm_path=hivm, cost=_cost.model(text, target, dtypes,
-                                                consts["BLOCK_R"] * consts["BLOCK_C"]))
+               kernel=name, block_r=consts["BLOCK_R"], block_c=consts["BLOCK_C"],
+               out16=consts["OUT16"], hivm_path=hivm, gm_copies=copies,
+               gm_copies_bounded=bool(copies) and all(c["bounded"] for c in copies),
+               cost=_cost.model(text, target, dtypes, consts["BLOCK_R"] * consts["BLOCK_C"],
+                                kernel=name))
     return rep
 
 
@@ -217,18 +346,19 @@ def _ratio(x):
 def _print(r, predict):
     """Print a report (with `predict` on the dense layout, a line per request shape as
     --help says); True when the plan holds (UB within capacity, double-buffered, no scalar
-    accesses)."""
+    accesses, every GM copy masked to the tile)."""
     c = r["cost"]
     ok = (r["ub_bytes"] <= r["ub_capacity_bytes"] and r["double_buffered"]
-          and r["scalar_accesses"] == 0)
+          and r["scalar_accesses"] == 0 and r["gm_copies_bounded"])
     # '2d' when every GM<->UB copy is a 2-D copy, else the routine names
     copies = ",".join(sorted({(re.findall(r"_(\dd)_", x) or [x])[0] for x in r["copies"]}))
+    bounded = sum(x["bounded"] for x in r["gm_copies"])
     print("%-11s %s %-24s %-5s tile %4dx%-4d UB %6d/%d B  double-buffered %-3s "
-          "scalar %d  copies %s%s" % (
+          "scalar %d  copies %s, %d/%d masked to the tile%s" % (
               r["target"], r["op"], ",".join(TRITON_DTYPE[d] for d in r["dtypes"]), r["layout"],
               r["block_r"], r["block_c"], r["ub_bytes"], r["ub_capacity_bytes"],
               "yes" if r["double_buffered"] else "NO", r["scalar_accesses"], copies,
-              "" if ok else "  <-- FAIL"))
+              bounded, len(r["gm_copies"]), "" if ok else "  <-- FAIL"))
     kinds = ["%s %d" % (k, v["calls"]) for k, v in c["by_kind"].items()]
     print("    vector %2d calls/tile, %s cycles (%s); HBM %d B/tile: %s" % (
         c["n_calls"], "?" if c["vector_cycles"] is None else "%.0f" % c["vector_cycles"],

@@ -38,13 +38,13 @@ def table():
         return json.load(f)
 
 
-def tile_loop_calls(text):
+def tile_loop_calls(text, kernel="gate_kernel"):
     """(per_tile, conditional, outside) lists of vector routine names (`v...`) called in
-    @gate_kernel: directly in its outermost scf.for, nested deeper in that loop (tail-only
+    @kernel: directly in its outermost scf.for, nested deeper in that loop (tail-only
     fills), and outside the loop."""
-    start = text.find("func.func @gate_kernel(")
+    start = text.find("func.func @%s(" % kernel)
     if start < 0:
-        raise ValueError("no func.func @gate_kernel in the HIVM IR")
+        raise ValueError("no func.func @%s in the HIVM IR" % kernel)
     per_tile, conditional, outside = [], [], []
     depth, loop_depth = 0, None
     for line in text[start:].splitlines():
@@ -60,7 +60,7 @@ def tile_loop_calls(text):
         if depth <= 0 and line.strip().startswith("}"):
             break
     if loop_depth is None:
-        raise ValueError("@gate_kernel has no tile loop (scf.for)")
+        raise ValueError("@%s has no tile loop (scf.for)" % kernel)
     return per_tile, conditional, outside
 
 
@@ -91,10 +91,10 @@ def classify(name):
     return None, "no %s row for %s" % (row, key), False
 
 
-def vector_cost(text, tile_elems):
+def vector_cost(text, tile_elems, kernel="gate_kernel"):
     """The per-tile vector work of a final HIVM IR text for tiles of `tile_elems`: calls by
     name and by table row (with their cycles), the total (None if any call is unknown)."""
-    per_tile, conditional, _ = tile_loop_calls(text)
+    per_tile, conditional, _ = tile_loop_calls(text, kernel)
     by_kind, unknown, analogy = {}, set(), set()
     for name in per_tile:
         row, key, alias = classify(name)
@@ -188,16 +188,16 @@ def equal_terms_lines(target="Ascend910B2"):
     return lines
 
 
-def model(text, target, dtypes, tile_elems, cores=None):
-    """vector_cost, hbm_cost and predict of one compiled case. `target` picks the clock and
-    bandwidths; `cores`, the vector cores sharing the bandwidth, defaults to the IR's own
-    target spec (VECTOR_CORE_COUNT)."""
+def model(text, target, dtypes, tile_elems, cores=None, kernel="gate_kernel"):
+    """vector_cost, hbm_cost and predict of one compiled case (the function @kernel of the
+    IR). `target` picks the clock and bandwidths; `cores`, the vector cores sharing the
+    bandwidth, defaults to the IR's own target spec (VECTOR_CORE_COUNT)."""
     if cores is None:
         m = re.search(r'"VECTOR_CORE_COUNT",\s*(\d+)', text)
         if not m:
             raise ValueError("the HIVM IR has no VECTOR_CORE_COUNT in its target spec")
         cores = int(m.group(1))
-    vc = vector_cost(text, tile_elems)
+    vc = vector_cost(text, tile_elems, kernel)
     nbytes, hbm = hbm_cost(target, cores, tile_elems, dtypes, vc["vector_cycles"])
     vc.update(vector_cores=cores, tile_bytes=nbytes, hbm=hbm,
               predictions=predict(target, cores, dtypes, vc["vector_cycles"], tile_elems, hbm))

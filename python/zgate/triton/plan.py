@@ -1,14 +1,14 @@
 """How one call maps onto the Triton kernel: no Triton import, so it is testable anywhere.
 
 collapse() is validate.c's rule (zg_collapse, the one for every backend, documented in
-zgate_internal.h) on a call of any rank 0..8: size-1 dims dropped, the rest ordered by the
-first output's strides (outermost first), neighbours merged where every tensor walks them
-contiguously. The kernel takes the result when it has at most four dims (qa, qb, rows,
-cols) and unit-stride columns in every tensor; otherwise every tensor that is not compact
-goes through a compact copy, and the compact call is one run. Dense tensors are one row of n
-elements; Z as a view into the input projection (strides (L*P, P, D, 1)) beside dense
-tensors is B*L rows of H*D columns, Z's row stride P. choose_tiles() picks the tile: no
-search, no autotuning.
+zgate_internal.h) on a call of any rank 0..8 (collapse_dims). The kernel takes the result
+when it has at most four dims (qa, qb, rows, cols) and unit-stride columns in every tensor;
+otherwise every tensor that is not compact goes through a compact copy, and the compact call
+is one run. choose_tiles() picks the tile: no search, no autotuning.
+
+The MindSpeed-Ops tree (python -m zgate.mindspeed_ops) takes the backward's pieces of this
+file whole (mindspeed_ops/specialise.py names them): their docstrings and comments describe
+the operator, not zgate.
 """
 import functools
 import math
@@ -17,8 +17,10 @@ from typing import NamedTuple, Sequence, Tuple
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 INT32_MAX = 2 ** 31 - 1
 MIN_BLOCK_C = 16          # 32 bytes of a 16-bit type: the NPU's UB alignment
+# The kernel's pointer slots, in the backward's order (do, z, o, dz, do_scaled).
+BACKWARD_SLOTS = ("dout", "z", "o", "dz", "dos")
 # The kernel slot of each of an op's tensors, in the op's public order.
-SLOTS = {"bwd": ("dout", "z", "o", "dz", "dos"), "fwd": ("o", "z", "dz")}
+SLOTS = {"bwd": BACKWARD_SLOTS, "fwd": ("o", "z", "dz")}
 N_INPUTS = {"bwd": 3, "fwd": 2}
 MAX_NDIM = 8              # ZGATE_MAX_NDIM: the ranks every entry takes are 0..8
 
@@ -42,10 +44,13 @@ def compact_strides(shape: Sequence[int]) -> Tuple[int, ...]:
 
 
 def collapse_dims(shape: Sequence[int], strides: Sequence[Sequence[int]], first_output: int):
-    """validate.c's zg_collapse: (sizes, per-tensor strides), outermost dim first, of tensors
-    of one `shape` with the given element strides; strides[first_output] orders the dims."""
+    """(sizes, per-tensor strides), outermost dim first, of tensors of one `shape` with the
+    given element strides: size-1 dims dropped, the rest ordered by strides[first_output]
+    (outermost first), neighbours merged where every tensor walks them contiguously. Dense
+    tensors become one row of n elements; Z as a view into the input projection (strides
+    (L*P, P, D, 1)) beside dense tensors, B*L rows of H*D columns with Z's row stride P."""
     dims = sorted((d for d, n in enumerate(shape) if n > 1),
-                  key=lambda d: strides[first_output][d])      # stable, as validate.c's
+                  key=lambda d: strides[first_output][d])      # stable: ties keep dim order
     sizes, out = [], [[] for _ in strides]
     for d in reversed(dims):
         if sizes and all(o[-1] == s[d] * shape[d] for o, s in zip(out, strides)):
@@ -135,16 +140,30 @@ def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile
     return copied, layout, choose_tiles(layout, tile)
 
 
-def kernel_arguments(op, ptrs, layout, tiles):
-    """(runtime args by name, constexprs by name). `ptrs`: the op's tensors in its public
-    order (anything with data_ptr() and element_size()). The forward's unused slots get z's
-    pointer and strides; the kernel does not touch them."""
-    by_slot = dict(zip(SLOTS[op], zip(ptrs, layout.strides)))
+def backward_arguments(ptrs, layout, tiles):
+    """(runtime args by name, constexprs by name) of the backward for tensors (do, z, o, dz,
+    do_scaled) in `ptrs` (anything with data_ptr() and element_size()) seen as `layout`.
+    OUT16: both outputs are 16-bit (the kernel's 16-bit recipe)."""
     args = dict(zip(("n_qa", "n_qb", "n_rows", "n_cols"), layout.sizes))
-    for name in SLOTS["bwd"]:
-        ptr, (sa, sb, sr) = by_slot.get(name, by_slot["z"])
+    for name, ptr, (sa, sb, sr) in zip(BACKWARD_SLOTS, ptrs, layout.strides):
         args.update({name + "_ptr": ptr, name + "_sa": sa, name + "_sb": sb, name + "_sr": sr})
-    outs = [p for p, n in zip(ptrs, SLOTS[op]) if n in ("dz", "dos")]
-    consts = {"BACKWARD": op == "bwd", "OUT16": all(p.element_size() == 2 for p in outs),
+    consts = {"OUT16": all(p.element_size() == 2 for p in ptrs[3:]),
               "BLOCK_R": tiles.block_r, "BLOCK_C": tiles.block_c}
+    return args, consts
+
+
+def kernel_arguments(op, ptrs, layout, tiles):
+    """(runtime args by name, constexprs by name) of gate_kernel. `ptrs`: the op's tensors in
+    its public order. The forward (o, z, out) runs in the backward's slots, out in dz's; the
+    unused dout and dos get z's pointer and strides (the kernel does not touch them), and
+    OUT16 follows out alone."""
+    if op == "bwd":
+        args, consts = backward_arguments(ptrs, layout, tiles)
+    else:
+        by_slot = dict(zip(SLOTS[op], zip(ptrs, layout.strides)))
+        slots = [by_slot.get(name, by_slot["z"]) for name in BACKWARD_SLOTS]
+        args, consts = backward_arguments([p for p, _ in slots],
+                                          Layout(layout.sizes, tuple(s for _, s in slots)), tiles)
+        consts["OUT16"] = by_slot["dz"][0].element_size() == 2
+    consts["BACKWARD"] = op == "bwd"
     return args, consts
