@@ -100,7 +100,7 @@ def test_no_zgate_in_code_and_a_license_header_everywhere(tree):
         at = lines.index(HUAWEI)        # ValueError: no header
         assert "Licensed under the Apache License, Version 2.0 (the \"License\");" in lines
         assert text.startswith("<!--\n" if rel.endswith(".md") else "# "), rel
-        assert at == (len(fake_mamba.NOTICES) if rel == ORIGINAL else 0), rel
+        assert at == (len(fake_mamba.NOTICES) if rel == ORIGINAL else rel.endswith(".md")), rel
         for internal in ("validate.c", "zgate_internal", "ZGATE_MAX_NDIM", "tests/ascend",
                          "zg_collapse", "cases.def"):
             assert internal not in text, (rel, internal)
