@@ -32,9 +32,10 @@ TRITON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 KERNEL_FILE = os.path.join(TRITON_DIR, "kernel.py")
 PLAN_FILE = os.path.join(TRITON_DIR, "plan.py")
 ORIGINAL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_original.py"
-ORIGINAL_DOC = """The original Triton implementation of mamba3_siso_bwd_kernel_dzdo, unchanged: upstream's
-kernel and its launcher compute_dzdo from mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py of
-state-spaces/mamba (Apache-2.0), mamba_ssm version %s.
+ORIGINAL_DOC = """The original Triton implementation of mamba3_siso_bwd_kernel_dzdo, unchanged:
+upstream's kernel and its launcher compute_dzdo from
+mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py of state-spaces/mamba (Apache-2.0), mamba_ssm
+version %s.
 
 It runs on CUDA only; the unit tests and ATK's GPU node run it as the competitor. At a headdim
 that is not a power of two it reads and writes past each row (its mask compares with the

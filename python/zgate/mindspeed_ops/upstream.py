@@ -57,8 +57,8 @@ class _Source:
                     self.imports[a.asname or a.name] = (node.module, a.name, a.asname)
         doc = ast.get_docstring(tree) or ""
         head = "".join(self.lines[:tree.body[0].lineno - 1]) if tree.body else ""
-        self.notices = [re.sub(r"^[#\s]*", "", ln).rstrip() for ln in (head + "\n" + doc).split("\n")
-                        if "copyright" in ln.lower()]
+        self.notices = [re.sub(r"^[#\s]*", "", ln).rstrip()
+                        for ln in (head + "\n" + doc).split("\n") if "copyright" in ln.lower()]
 
     def text_of(self, name):
         node = self.functions[name]
