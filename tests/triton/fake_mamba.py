@@ -16,10 +16,13 @@ Copyright (c) 2025, Helper Lab
 import triton
 import triton.language as tl
 
+HALF: tl.constexpr = tl.constexpr(0.5)
+UNUSED = 3
+
 
 @triton.jit
 def halve(x):
-    return x * 0.5
+    return x * HALF
 
 
 def left_out():
@@ -67,7 +70,7 @@ def mamba3_siso_bwd_kernel_other():
     return rearrange, math, left_out
 ''',
 }
-COPIED = {"halve", "mamba3_siso_bwd_kernel_dzdo", "compute_dzdo"}
+COPIED = {"halve", "mamba3_siso_bwd_kernel_dzdo", "compute_dzdo"}   # and the constant HALF
 NOTICES = ["Copyright (c) 2026, Kernel Lab", "Copyright (c) 2025, Helper Lab"]
 
 

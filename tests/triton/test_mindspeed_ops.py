@@ -125,6 +125,7 @@ def test_original_is_upstreams(tree, upstream):
     text = open(tree[0] / ORIGINAL).read()
     _check_original(text, upstream, fake_mamba.COPIED, fake_mamba.NOTICES)
     assert "einops" not in text and "import math" not in text          # imports it does not use
+    assert "\nHALF: tl.constexpr = tl.constexpr(0.5)\n" in text and "UNUSED" not in text
     mod = importlib.import_module(ORIGINAL[:-3].replace("/", "."))
     do, z, o = (torch.randn(2, 3, 4, 5) for _ in range(3))
     dz, dos = mod.compute_dzdo(do, z, o)                               # it runs as copied

@@ -46,6 +46,10 @@ class _Source:
         tree = ast.parse(self.text)
         self.lines = self.text.splitlines(keepends=True)
         self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.constants = {
+            t.id: n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Name)}
         self.imports = {}          # bound name -> (module, name or None, asname)
         for node in tree.body:
             if isinstance(node, ast.Import):
@@ -60,9 +64,12 @@ class _Source:
         self.notices = [re.sub(r"^[#\s]*", "", ln).rstrip()
                         for ln in (head + "\n" + doc).split("\n") if "copyright" in ln.lower()]
 
+    def node(self, name):
+        return self.functions.get(name) or self.constants.get(name)
+
     def text_of(self, name):
-        node = self.functions[name]
-        start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+        node = self.node(name)
+        start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno]) - 1
         return "".join(self.lines[start:node.end_lineno])
 
 
@@ -74,7 +81,7 @@ def original_module(path, header, docstring):
     """The text of the tree's module of upstream's implementation. `header(notices)` gives the
     comment lines that open it (upstream's copyright lines first); `docstring` is its text."""
     root = package_root(path)
-    sources, order, imports = {}, [], []
+    sources, order, imports, taking = {}, [], [], set()
 
     def source(module):
         if module not in sources:
@@ -86,13 +93,14 @@ def original_module(path, header, docstring):
 
     def take(module, name):
         src = source(module)
-        if (module, name) in order:
+        if (module, name) in order or (module, name) in taking:
             return
-        if name not in src.functions:
+        if src.node(name) is None:
             raise UpstreamError("%s has no function %s (mamba_ssm changed: check the tree's "
                                 "generator)" % (src.path, name))
-        for used in sorted(_used_names(src.functions[name])):
-            if used in src.functions and used != name:
+        taking.add((module, name))
+        for used in sorted(_used_names(src.node(name))):
+            if src.node(used) is not None and used != name:
                 take(module, used)
             elif used in src.imports:
                 mod, attr, asname = src.imports[used]
@@ -117,6 +125,11 @@ def original_module(path, header, docstring):
              for m, attr, a in imports]
     stdlib = [ln for ln in lines if ln.split()[1].split(".")[0] in sys.stdlib_module_names]
     groups = [sorted(stdlib), sorted(set(lines) - set(stdlib))]
-    body = "\n\n\n".join(sources[m].text_of(n).rstrip("\n") + "\n" for m, n in order)
-    return "%s\n%s\n%s\n\n\n%s" % (header(notices), '"""%s"""' % docstring,
-                                    "\n\n".join("\n".join(g) for g in groups if g), body)
+    # module-level constants first (a kernel reads them when it is compiled), then functions
+    constants = "".join(sources[m].text_of(n) for m, n in order if n in sources[m].constants)
+    body = "\n\n\n".join(sources[m].text_of(n).rstrip("\n") + "\n" for m, n in order
+                          if n not in sources[m].constants)
+    sections = ["\n\n".join("\n".join(g) for g in groups if g)]
+    sections += [constants.rstrip("\n")] if constants else []
+    return "%s\n%s\n%s" % (header(notices), '"""%s"""' % docstring,
+                            "\n\n\n".join(sections + [body]))
