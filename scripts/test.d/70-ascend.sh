@@ -64,8 +64,9 @@ t0=$(date +%s)
 UPSTREAM=$up TRITON_INTERPRET=1 scripts/msops-check.sh "$venv/bin/python" "$tvenv/bin/python" "$work" ||
   { tail -n 30 "$work/pytest.log" 2>/dev/null; echo "70-ascend: the MindSpeed-Ops tree's unit tests failed"; exit 1; }
 secs=$(( $(date +%s) - t0 ))
-passed=$(grep -oE '[0-9]+ passed' "$work/pytest.log" | tail -n 1 | cut -d' ' -f1)
-if [ "${passed:-0}" -lt 10 ] || grep -qE '[0-9]+ (skipped|failed|error)' "$work/pytest.log"; then
+summary=$(tail -n 1 "$work/pytest.log")      # pytest's last line: "N passed, ... in S s"
+passed=$(grep -oE '[0-9]+ passed' <<<"$summary" | cut -d' ' -f1)
+if [ "${passed:-0}" -lt 10 ] || grep -qE '[0-9]+ (skipped|failed|errors?)' <<<"$summary"; then
   echo "70-ascend: the MindSpeed-Ops tree's unit tests: ${passed:-0} passed, need 10 or more and no skip or failure"
   exit 1
 fi
