@@ -1,4 +1,7 @@
-"""python -m zgate.mindspeed_ops: the generated tree holds upstream's kernel as upstream has it
+"""python -m zgate.mindspeed_ops: the generated tree's arch32 kernel is zgate.triton's gate_kernel
+with BACKWARD=True folded in, its plan plan.py's backward pieces verbatim, neither names zgate
+nor reads the environment, and the NPU launch forced on CPU runs the tile loop; the tree holds
+upstream's kernel as upstream has it
 (from a stand-in of mamba_ssm, and from a mamba checkout in third_party_ref/mamba where there
 is one) under its authors' notice, a license header on every file and no word of zgate in its
 code; applied to the skeleton of MindSpeed-Ops as its README says, the package imports as the
@@ -25,7 +28,10 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SKELETON = os.path.join(ROOT, "tests", "mindspeed_ops_skeleton")
 REAL_UPSTREAM = os.path.join(ROOT, "third_party_ref", "mamba")     # never committed
 
+SRC = os.path.dirname(os.path.abspath(mindspeed_ops.__file__))
 KERNEL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_kernel.py"
+IMPL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_impl.py"
+ARCH32 = "mindspeed_ops/arch32/triton/mamba3"
 ATK = "tests/atk_tests/triton/mamba3_siso_bwd_kernel_dzdo/"
 ORIGINAL = mindspeed_ops.ORIGINAL
 ALLOWED = {"torch", "torch_npu", "triton", "pytest", "mindspeed_ops", "tests", "atk"} | set(
@@ -60,6 +66,131 @@ def tree(tmp_path_factory, upstream):
     sys.path.remove(str(out / "repo"))
     for name in [m for m in sys.modules if m.split(".")[0] in ("mindspeed_ops", "tests")]:
         del sys.modules[name]
+
+
+def _defs(path):
+    """{name: source text} of the top-level functions and classes of a file."""
+    text = open(path).read()
+    return {n.name: ast.get_source_segment(text, n) for n in ast.parse(text).body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+class _FoldBackward(ast.NodeTransformer):
+    """gate_kernel as a backward-only kernel: `if BACKWARD:` replaced by its body, the
+    parameter dropped; the docstring and name left to the caller."""
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        if isinstance(node.test, ast.Name) and node.test.id == "BACKWARD":
+            return node.body
+        return node
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.args.args = [a for a in node.args.args if a.arg != "BACKWARD"]
+        node.body = node.body[1:]                       # the docstring
+        node.name = "kernel"
+        return node
+
+
+def _kernel_body(text, name):
+    fn = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    return ast.dump(_FoldBackward().visit(fn[0]))
+
+
+def test_kernel_is_gate_kernel_backward(tree):
+    zg = open(os.path.join(os.path.dirname(SRC), "triton", "kernel.py")).read()
+    mine = open(tree[0] / KERNEL).read()
+    assert "BACKWARD" in zg and "BACKWARD" not in mine
+    assert _kernel_body(mine, "mamba3_siso_bwd_dzdo_kernel") == _kernel_body(zg, "gate_kernel")
+    ours = _defs(os.path.join(os.path.dirname(SRC), "triton", "kernel.py"))
+    assert _defs(tree[0] / KERNEL)["_tile_base"] == ours["_tile_base"]
+    assert len(mine) < len(zg)                          # the forward's lines are gone
+
+
+def test_plan_is_plan_pys_backward_pieces(tree):
+    plan_py = _defs(os.path.join(os.path.dirname(SRC), "triton", "plan.py"))
+    impl = _defs(tree[0] / IMPL)
+    taken = set(impl) & set(plan_py)
+    assert {"collapse", "choose_tiles", "plan_call", "backward_arguments"} <= taken
+    for name in taken:
+        assert impl[name] == plan_py[name], name
+    text = open(tree[0] / IMPL).read()
+    for gone in (r"\bkernel_arguments\b", r"\bnpu_tile\b", r"^SLOTS =", "MAX_NDIM", "N_INPUTS"):
+        assert not re.search(gone, text, re.M), gone
+
+
+def test_arch32_reads_without_zgate(tree):
+    """No word of zgate's internals or of the forward path, no interpreter branch (the
+    license header aside: the generator's header is checked on its own)."""
+    for fn in os.listdir(tree[0] / ARCH32):
+        text = re.sub(r"\A(#[^\n]*\n)+", "", open(tree[0] / ARCH32 / fn).read())
+        for word in ("zgate", r"validate\.c", "_internal", "ZGATE_", "TRITON_INTERPRET",
+                     r"os\.environ", r"\bBACKWARD\b", "forward"):
+            assert not re.search(word, text, re.I if word == "zgate" else 0), (fn, word)
+
+
+def test_specialise_refuses_what_it_cannot_cut():
+    from zgate.mindspeed_ops import specialise
+    src = open(specialise.KERNEL_FILE).read()
+    with pytest.raises(RuntimeError, match="one `if BACKWARD:`"):
+        specialise.specialise_kernel(src.replace("        if BACKWARD:\n",
+                                                 "        if BACKWARD and OUT16:\n"))
+    plan_src = open(specialise.PLAN_FILE).read()
+    with pytest.raises(RuntimeError, match="zgate"):
+        specialise.plan_pieces(plan_src.replace('"""Element strides', '"""zgate: element strides'))
+    with pytest.raises(RuntimeError, match="MAX_NDIM"):
+        specialise.plan_pieces(plan_src.replace("n_tiles = n_qa * n_qb",
+                                                "n_tiles = MAX_NDIM * n_qb"))
+    with pytest.raises(RuntimeError, match="BACKWARD"):
+        specialise.backward_kernel(src.replace("tl.store(dos_at, dos",
+                                               "tl.store(dos_at if BACKWARD else dz_at, dos"))
+
+
+def _arch32_impl(tree, monkeypatch, programs):
+    """The impl module, forced onto the NPU path: `programs` vector cores and a 256-element
+    NPU tile, so that CPU calls of a few thousand elements loop over several tiles each."""
+    import importlib
+    impl = importlib.import_module(IMPL[:-3].replace("/", "."))
+    monkeypatch.setattr(impl, "uses_vector_cores", lambda device: True)
+    monkeypatch.setattr(impl, "get_vector_num", lambda: programs)
+    monkeypatch.setattr(impl, "NPU_TILE", 256)
+    grids = []
+    kernel = impl.mamba3_siso_bwd_dzdo_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                grids.append((grid, kw.get("multibuffer")))
+                return kernel[grid](**kw)
+            return launch
+    monkeypatch.setattr(impl, "mamba3_siso_bwd_dzdo_kernel", Spy())
+    return impl, grids
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("zview", [False, True])
+def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
+    impl, grids = _arch32_impl(tree, monkeypatch, programs=3)
+    B, L, H, D = 2, 17, 3, 80
+    g = torch.Generator().manual_seed(7)
+    do, o = (torch.randn(B, L, H, D, generator=g).to(dtype) for _ in range(2))
+    proj = torch.randn(B, L, 2 * H * D + 11, generator=g).to(dtype)
+    z = (proj[..., 5:5 + H * D].view(B, L, H, D) if zview
+         else torch.randn(B, L, H, D, generator=g).to(dtype))
+    dz, dos = impl.mamba3_siso_bwd_dzdo_impl(do, z, o)
+    (grid, multibuffer), = grids
+    assert grid == (3,) and multibuffer is True
+    _, _, tiles = impl.plan_call(tuple(do.shape), tuple(t.stride() for t in (do, z, o, dz, dos)),
+                                 256)
+    assert tiles.n_tiles > 3                            # each program loops
+    d, zz, oo = (t.double() for t in (do, z, o))
+    s = torch.sigmoid(zz)
+    tol = {torch.float32: 1e-6, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[dtype]
+    for got, ref in ((dz, d * oo * s * (1 + zz * (1 - s))), (dos, d * s * zz)):
+        assert got.dtype == dtype and got.shape == do.shape
+        err = (got.double() - ref).abs() - tol * ref.abs()
+        assert float(err.max()) <= tol, float(err.max())
 
 
 def _files(tree):
