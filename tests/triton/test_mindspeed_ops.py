@@ -1,14 +1,13 @@
 """python -m zgate.mindspeed_ops: the generated tree's arch32 kernel is zgate.triton's gate_kernel
 with BACKWARD=True folded in, its plan plan.py's backward pieces verbatim, neither names zgate
 nor reads the environment, and the NPU launch forced on CPU runs the tile loop; the tree holds
-upstream's kernel as upstream has it
-(from a stand-in of mamba_ssm, and from a mamba checkout in third_party_ref/mamba where there
-is one) under its authors' notice, a license header on every file and no word of zgate in its
-code; applied to the skeleton of MindSpeed-Ops as its README says, the package imports as the
-repository's tests expect, its ATK files fit ATK's schema and compute what they should (under
-stand-ins for ATK's classes), the acceptance run takes its API, and its unit tests pass under
-this Python's Triton interpreter with zgate unimportable (70-ascend runs them under
-triton-ascend's)."""
+upstream's kernel as upstream has it (from a stand-in of mamba_ssm, and from a mamba checkout
+in third_party_ref/mamba where there is one) under its authors' notice, a license header on
+every file and no word of zgate in its code; applied to the skeleton of MindSpeed-Ops as its
+README says, the package imports as the repository's tests expect, its ATK files fit ATK's
+schema and compute what they should (under stand-ins for ATK's classes), the acceptance run
+takes its API, and its unit tests pass under this Python's Triton interpreter with zgate
+unimportable (70-ascend runs them under triton-ascend's)."""
 import ast
 import importlib
 import os
