@@ -57,12 +57,18 @@ def tree(tmp_path_factory, upstream):
     """The tree (with the stand-in's kernel), applied to the skeleton: (tree, repo); the
     repo's root is on sys.path."""
     out = tmp_path_factory.mktemp("msops")
+    _forget_the_tree()
     written = mindspeed_ops.generate(str(out / "tree"), upstream)
     assert KERNEL in written and ORIGINAL in written
     _apply(out / "tree", out / "repo")
     sys.path.insert(0, str(out / "repo"))
     yield out / "tree", out / "repo"
     sys.path.remove(str(out / "repo"))
+    _forget_the_tree()
+
+
+def _forget_the_tree():
+    """Drop the modules of any tree imported before (another test module's)."""
     for name in [m for m in sys.modules if m.split(".")[0] in ("mindspeed_ops", "tests")]:
         del sys.modules[name]
 
