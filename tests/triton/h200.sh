@@ -23,7 +23,8 @@
 # zgate unimportable; the float64 formula, the torch small-op version and upstream's original
 # kernel (power-of-two headdims) as references:
 #   msops        its unit tests on CUDA (small odd shapes, special values, bad input).
-#   msops-model  the same on the Mamba-3 model shapes (pytest -m model_shapes).
+#   msops-model  the same on the Mamba-3 model shapes (pytest -m model_shapes; the float64
+#                reference on the host: about 5 minutes, a call of its own).
 #   MSOPS_K="bfloat16" (a pytest -k expression) runs a part. Logs and junit XML (each case's
 #   precision figures) in $OUT/msops*.
 # Its reports (.md), results and baselines (.json) and goldens (.npz) stay in $BUILD/results,
