@@ -17,12 +17,16 @@
 #   triton    candidate: zgate.triton (the NPU kernel's source) against zgate CUDA, whose
 #             outputs are the golden run
 #   triton-up the candidate against upstream (reports in English and Chinese)
-# The MindSpeed-Ops tree (python -m zgate.mindspeed_ops), needs no build:
-#   msops     its unit tests on CUDA with zgate unimportable: the model shapes x 3 dtypes x Z
-#             dense / in_proj view, against the float64 CPU formula, the torch small-op version
-#             and, where $UP holds upstream's mamba3 folder, upstream's kernel (power-of-two
-#             headdims; required then); MSOPS_K="bfloat16" (a pytest -k expression) runs a part.
-#             Report: $OUT/msops.md
+# The MindSpeed-Ops tree (python -m zgate.mindspeed_ops), needs no build; generated with
+# upstream's kernel from $UPM (a mamba checkout, default third_party_ref/mamba, required) and
+# applied to tests/mindspeed_ops_skeleton as its README says (scripts/msops-check.sh), with
+# zgate unimportable; the float64 formula, the torch small-op version and upstream's original
+# kernel (power-of-two headdims) as references:
+#   msops        its unit tests on CUDA (small odd shapes, special values, bad input).
+#   msops-model  the same on the Mamba-3 model shapes (pytest -m model_shapes; the float64
+#                reference on the host: about 5 minutes, a call of its own).
+#   MSOPS_K="bfloat16" (a pytest -k expression) runs a part. Logs and junit XML (each case's
+#   precision figures) in $OUT/msops*.
 # Its reports (.md), results and baselines (.json) and goldens (.npz) stay in $BUILD/results,
 # so that a later call's stages find the baselines, and are copied to $OUT (not the goldens).
 # Logs in $OUT (build/gpu-out elsewhere); the tails and the stage table last.
@@ -33,8 +37,9 @@ BUILD=build/gpu-triton
 RES=$PWD/$BUILD/results; mkdir -p "$RES"
 STAGES=${STAGES:-"build check bench"}
 UP=${ZGATE_ORIG_MAMBA3:-third_party_ref/mamba3}
-MSOPS_K=${MSOPS_K:-}; MSOPS_DEVICE=${MSOPS_DEVICE:-cuda}   # cpu: a dry run without a GPU
-export UP MSOPS_K MSOPS_DEVICE
+UPM=${ZGATE_UPSTREAM_MAMBA:-third_party_ref/mamba}
+MSOPS_K=${MSOPS_K:-}
+export UP UPM MSOPS_K
 source scripts/gpu-stage.sh
 source scripts/gpu-cmake-flags.sh
 gpu_cmake_flags -DZGATE_BUILD_TOOLS=OFF
@@ -48,17 +53,22 @@ gpu_python_package
 stage check 400 'python3 -c "import torch, triton; print(\"torch\", torch.__version__, \"triton\", triton.__version__)";
   python3 tests/triton/gpu_check.py $OUT/triton-check'
 stage bench 500 'python3 bench/gpu_bench.py --impls triton --quick --json $OUT/triton-bench.json'
-# the generator needs zgate's Python files and cases.def only; upstream's mamba3 folder goes
-# under a bare mamba_ssm package (its __init__.py imports CUDA extensions we do not build)
-stage msops 580 'set -e; G=$BUILD/msops; rm -rf $G; mkdir -p $G/gen $G/up/mamba_ssm/ops/triton
-  cp -r python/zgate $G/gen/ && cp --remove-destination check/cases.def $G/gen/zgate/
-  PYTHONPATH=$G/gen python3 -m zgate.mindspeed_ops $G/tree | tail -n 1
-  req=0; if [ -f "$UP/mamba3_siso_bwd.py" ]; then req=1
-    touch $G/up/mamba_ssm/__init__.py $G/up/mamba_ssm/ops/__init__.py $G/up/mamba_ssm/ops/triton/__init__.py
-    ln -s "$(cd "$UP" && pwd)" $G/up/mamba_ssm/ops/triton/mamba3; fi
-  cd $G/tree && PYTHONPATH=$PWD/../up:${PYTHONPATH:-} MAMBA3_DZDO_DEVICE=$MSOPS_DEVICE MAMBA3_DZDO_REQUIRE_ORIGINAL=$req \
-    MAMBA3_DZDO_REPORT=$OUT/msops.md python3 -c "import sys; sys.modules[\"zgate\"] = None
-import pytest; sys.exit(pytest.main([\"-q\", \"-rs\", \"-p\", \"no:cacheprovider\", \"tests/unit_tests\"] + sys.argv[1:]))" ${MSOPS_K:+-k "$MSOPS_K"}'
+# the generator needs zgate's Python files and cases.def only
+msops() {   # msops NAME [pytest arguments]: the tree on the skeleton, its unit tests on CUDA
+  local name=$1 G=$PWD/$BUILD/msops; shift
+  rm -rf $G/gen-$name && mkdir -p $G/gen-$name && cp -r python/zgate $G/gen-$name/ &&
+    cp --remove-destination check/cases.def $G/gen-$name/zgate/ || return 1
+  [ -f "$UPM/mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py" ] || { echo "no mamba checkout at $UPM"; return 1; }
+  PYTHONPATH=$G/gen-$name UPSTREAM=$(cd "$UPM" && pwd) scripts/msops-check.sh python3 python3 $G/$name \
+    ${MSOPS_K:+-k "$MSOPS_K"} "$@"
+  local r=$?
+  cp $G/$name/pytest.log $OUT/$name-pytest.log; cp $G/$name/pytest.xml $OUT/$name.xml
+  grep -c "vs original Triton: " $OUT/$name-pytest.log | sed 's/^/comparisons with the original kernel: /'
+  return $r
+}
+export -f msops
+stage msops 400 'msops msops'
+stage msops-model 580 'msops msops-model -m model_shapes'
 stage upstream 240 "$acc --impl upstream --upstream-path $UP $small --save-baseline \$RES/upstream.json --save-golden \$RES/upstream.npz --output \$RES/upstream.md"
 stage zgate 150 "$acc --impl zgate --quick --save-baseline \$RES/zgate-cuda.json --save-golden \$RES/zgate-cuda.npz --output \$RES/zgate-cuda.md"
 stage triton 150 "$acc --impl triton --quick --baseline \$RES/zgate-cuda.json --golden \$RES/zgate-cuda.npz --output \$RES/triton-vs-zgate.md --json \$RES/triton-vs-zgate.json"
@@ -67,6 +77,7 @@ cp "$RES"/*.md "$RES"/*.json "$OUT"/ 2>/dev/null   # not the .npz goldens (large
 
 [ -f "$OUT/check.log" ] && { echo "--- check (tail)"; tail -n 4 "$OUT/check.log" | cut -c1-200; }
 stage_tail msops 4
+stage_tail msops-model 4
 for f in upstream zgate triton triton-up; do
   [ -f "$OUT/$f.log" ] || continue
   echo "--- $f"; grep -E "^(PASS|FAIL|speed|error)" "$OUT/$f.log" | cut -c1-200

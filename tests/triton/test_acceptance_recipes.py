@@ -10,12 +10,15 @@ interpreter it fails the same cases); MODULE:FUNCTION is the generated MindSpeed
 under the Triton interpreter, --quick --filter FILTER (a headdim-80 case with Z as a view,
 where upstream is wrong) and one repeat. Every criterion but speed must hold (the interpreter's
 times mean nothing, and the one case is launch-bound)."""
+import importlib
 import json
 import os
 import shlex
+import sys
 
 import pytest
 
+import fake_mamba
 from zgate import acceptance as A
 from zgate import mindspeed_ops
 
@@ -72,13 +75,22 @@ def recipes(text):
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
-    """{name: text} of the four documents, the tree's as generated."""
-    tree = tmp_path_factory.mktemp("tree")
-    mindspeed_ops.generate(str(tree))
+    """({name: text} of the four documents, the tree's as generated; the folder of the tree
+    applied to the skeleton of MindSpeed-Ops, whose API the recipes' MODULE:FUNCTION names)."""
+    out = tmp_path_factory.mktemp("msops")
+    mindspeed_ops.generate(str(out / "tree"), fake_mamba.write(str(out / "mamba")))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "mindspeed_ops_skeleton"))
+    try:
+        importlib.import_module("apply").apply(str(out / "tree"), str(out / "repo"))
+    finally:
+        sys.path.pop(0)
     docs = {p: open(os.path.join(ROOT, p), encoding="utf-8").read()
             for p in ("docs/operator.md", "docs/operator.zh-CN.md")}
-    docs.update((p, open(os.path.join(tree, p), encoding="utf-8").read()) for p in TREE_DOCS)
-    return docs, str(tree)
+    docs.update((p, open(os.path.join(out, "tree", p), encoding="utf-8").read())
+                for p in TREE_DOCS)
+    yield docs, str(out / "repo")
+    for name in [m for m in sys.modules if m.split(".")[0] in ("mindspeed_ops", "tests")]:
+        del sys.modules[name]           # the next test module applies a tree of its own
 
 
 @pytest.fixture

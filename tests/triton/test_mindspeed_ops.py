@@ -1,12 +1,15 @@
-"""python -m zgate.mindspeed_ops: the generated tree's arch32 kernel is zgate.triton's
-gate_kernel with BACKWARD=True folded in (its forward gone, nothing else changed), its plan
-is plan.py's backward pieces verbatim, neither names zgate nor reads the environment, the
-launch runs the tile loop on several programs when the NPU path is forced (the module helpers
-tests patch); the tree imports no zgate, its ATK yaml has its keys, its ATK generator and
-wrapper compute what they should (under stand-ins for ATK's base classes), and its unit tests
-pass under this Python's Triton interpreter with zgate unimportable (70-ascend runs them under
-triton-ascend's)."""
+"""python -m zgate.mindspeed_ops: the generated tree's arch32 kernel is zgate.triton's gate_kernel
+with BACKWARD=True folded in, its plan plan.py's backward pieces verbatim, neither names zgate
+nor reads the environment, and the NPU launch forced on CPU runs the tile loop; the tree holds
+upstream's kernel as upstream has it (from a stand-in of mamba_ssm, and from a mamba checkout
+in third_party_ref/mamba where there is one) under its authors' notice, a license header on
+every file and no word of zgate in its code; applied to the skeleton of MindSpeed-Ops as its
+README says, the package imports as the repository's tests expect, its ATK files fit ATK's
+schema and compute what they should (under stand-ins for ATK's classes), the acceptance run
+takes its API, and its unit tests pass under this Python's Triton interpreter with zgate
+unimportable (70-ascend runs them under triton-ascend's)."""
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -15,26 +18,59 @@ import types
 
 import pytest
 import torch
+import yaml
 
+import fake_mamba
 from zgate import mindspeed_ops
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SKELETON = os.path.join(ROOT, "tests", "mindspeed_ops_skeleton")
+REAL_UPSTREAM = os.path.join(ROOT, "third_party_ref", "mamba")     # never committed
 
 SRC = os.path.dirname(os.path.abspath(mindspeed_ops.__file__))
 KERNEL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_kernel.py"
 IMPL = "mindspeed_ops/arch32/triton/mamba3/mamba3_siso_bwd_dzdo_impl.py"
 ARCH32 = "mindspeed_ops/arch32/triton/mamba3"
 ATK = "tests/atk_tests/triton/mamba3_siso_bwd_kernel_dzdo/"
-ALLOWED = {"torch", "torch_npu", "triton", "pytest", "numpy", "mindspeed_ops", "atk"} | set(
+ORIGINAL = mindspeed_ops.ORIGINAL
+ALLOWED = {"torch", "torch_npu", "triton", "pytest", "mindspeed_ops", "tests", "atk"} | set(
     sys.stdlib_module_names)
+HUAWEI = "Copyright (c) %d, HUAWEI CORPORATION. All rights reserved." % (
+    __import__("time").gmtime().tm_year)
+
+
+def _apply(tree, repo):
+    sys.path.insert(0, SKELETON)
+    try:
+        return importlib.import_module("apply").apply(str(tree), str(repo))
+    finally:
+        sys.path.remove(SKELETON)
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory):
+def upstream(tmp_path_factory):
+    return fake_mamba.write(str(tmp_path_factory.mktemp("mamba")))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory, upstream):
+    """The tree (with the stand-in's kernel), applied to the skeleton: (tree, repo); the
+    repo's root is on sys.path."""
     out = tmp_path_factory.mktemp("msops")
-    written = mindspeed_ops.generate(str(out))
-    assert KERNEL in written and IMPL in written
-    sys.path.insert(0, str(out))
-    yield out
-    sys.path.remove(str(out))
+    _forget_the_tree()
+    written = mindspeed_ops.generate(str(out / "tree"), upstream)
+    assert KERNEL in written and ORIGINAL in written
+    _apply(out / "tree", out / "repo")
+    sys.path.insert(0, str(out / "repo"))
+    yield out / "tree", out / "repo"
+    sys.path.remove(str(out / "repo"))
+    _forget_the_tree()
+
+
+def _forget_the_tree():
+    """Drop the modules of any tree imported before (another test module's)."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("mindspeed_ops", "tests")]:
+        del sys.modules[name]
 
 
 def _defs(path):
@@ -69,22 +105,22 @@ def _kernel_body(text, name):
 
 def test_kernel_is_gate_kernel_backward(tree):
     zg = open(os.path.join(os.path.dirname(SRC), "triton", "kernel.py")).read()
-    mine = open(tree / KERNEL).read()
+    mine = open(tree[0] / KERNEL).read()
     assert "BACKWARD" in zg and "BACKWARD" not in mine
     assert _kernel_body(mine, "mamba3_siso_bwd_dzdo_kernel") == _kernel_body(zg, "gate_kernel")
     ours = _defs(os.path.join(os.path.dirname(SRC), "triton", "kernel.py"))
-    assert _defs(tree / KERNEL)["_tile_base"] == ours["_tile_base"]
+    assert _defs(tree[0] / KERNEL)["_tile_base"] == ours["_tile_base"]
     assert len(mine) < len(zg)                          # the forward's lines are gone
 
 
 def test_plan_is_plan_pys_backward_pieces(tree):
     plan_py = _defs(os.path.join(os.path.dirname(SRC), "triton", "plan.py"))
-    impl = _defs(tree / IMPL)
+    impl = _defs(tree[0] / IMPL)
     taken = set(impl) & set(plan_py)
     assert {"collapse", "choose_tiles", "plan_call", "backward_arguments"} <= taken
     for name in taken:
         assert impl[name] == plan_py[name], name
-    text = open(tree / IMPL).read()
+    text = open(tree[0] / IMPL).read()
     for gone in (r"\bkernel_arguments\b", r"\bnpu_tile\b", r"^SLOTS =", "MAX_NDIM", "N_INPUTS"):
         assert not re.search(gone, text, re.M), gone
 
@@ -92,8 +128,8 @@ def test_plan_is_plan_pys_backward_pieces(tree):
 def test_arch32_reads_without_zgate(tree):
     """No word of zgate's internals or of the forward path, no interpreter branch (the
     license header aside: the generator's header is checked on its own)."""
-    for fn in os.listdir(tree / ARCH32):
-        text = re.sub(r"\A(#[^\n]*\n)+", "", open(tree / ARCH32 / fn).read())
+    for fn in os.listdir(tree[0] / ARCH32):
+        text = re.sub(r"\A(#[^\n]*\n)+", "", open(tree[0] / ARCH32 / fn).read())
         for word in ("zgate", r"validate\.c", "_internal", "ZGATE_", "TRITON_INTERPRET",
                      r"os\.environ", r"\bBACKWARD\b", "forward"):
             assert not re.search(word, text, re.I if word == "zgate" else 0), (fn, word)
@@ -162,45 +198,169 @@ def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
         assert float(err.max()) <= tol, float(err.max())
 
 
-def test_no_file_imports_zgate(tree):
+def _files(tree):
     for root, _, files in os.walk(tree):
-        for fn in files:
+        for fn in sorted(files):
             path = os.path.join(root, fn)
-            text = open(path, encoding="utf-8").read()
-            assert "@@" not in text, path
-            if not fn.endswith(".py"):
-                continue
-            for node in ast.walk(ast.parse(text)):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                         [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
-                         else [])
-                for name in names:
-                    assert name.split(".")[0] in ALLOWED, (path, name)
+            yield os.path.relpath(path, tree), open(path, encoding="utf-8").read()
 
 
-def test_atk_yaml_keys(tree):
-    text = open(tree / ATK / "mamba3_siso_bwd_kernel_dzdo.yaml").read()
-    top = set(re.findall(r"^(\w+):", text, re.M))
-    assert {"api", "api_type", "name", "generate", "dtype_numbers", "standard", "inputs"} <= top
-    assert re.findall(r"^  - name: (\w+)", text, re.M) == ["do", "z", "o", "chunk_size",
-                                                           "z_layout"]
-    assert "generate: generate_mamba3_siso_bwd_kernel_dzdo" in text
-    gen = open(tree / ATK / "generate_mamba3_siso_bwd_kernel_dzdo.py").read()
-    api = open(tree / ATK / "api_mamba3_siso_bwd_kernel_dzdo.py").read()
-    assert 'register("generate_mamba3_siso_bwd_kernel_dzdo")' in gen
-    assert 'register("mamba3_siso_bwd_kernel_dzdo")' in api
-    assert re.search(r"^api_type: mamba3_siso_bwd_kernel_dzdo$", text, re.M)
+def test_no_zgate_in_code_and_a_license_header_everywhere(tree):
+    """Every file opens with the Apache-2.0 header (upstream's notice above it in ORIGINAL);
+    no .py file names zgate or imports past torch, triton, pytest, ATK and the repository;
+    no file points at zgate's internals; only the README says where the tree came from."""
+    for rel, text in _files(tree[0]):
+        assert "@@" not in text, rel
+        lines = [ln.lstrip("#").strip() for ln in text.split("\n")[:20]]
+        at = lines.index(HUAWEI)        # ValueError: no header
+        assert "Licensed under the Apache License, Version 2.0 (the \"License\");" in lines
+        assert text.startswith("<!--\n" if rel.endswith(".md") else "# "), rel
+        assert at == (len(fake_mamba.NOTICES) if rel == ORIGINAL else rel.endswith(".md")), rel
+        for internal in ("validate.c", "zgate_internal", "ZGATE_MAX_NDIM", "tests/ascend",
+                         "zg_collapse", "cases.def"):
+            assert internal not in text, (rel, internal)
+        assert not re.search(r"\b[0-9a-f]{40}\b", text), rel          # no commit hashes
+        if not rel.endswith(".py"):
+            continue
+        assert "zgate" not in text.lower(), rel
+        for node in ast.walk(ast.parse(text)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     else [])
+            for name in names:
+                assert name.split(".")[0] in ALLOWED, (rel, name)
+
+
+def test_holder(tmp_path, upstream):
+    mindspeed_ops.generate(str(tmp_path), upstream, holder="Example Org")
+    for rel, text in _files(tmp_path):
+        assert "Copyright (c) %d, Example Org. All rights reserved." % (
+            __import__("time").gmtime().tm_year) in text and "HUAWEI" not in text, rel
+
+
+def _functions(text):
+    return {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+
+
+def _check_original(text, upstream_root, copied, notices):
+    """ORIGINAL's functions are upstream's (same syntax tree, decorators included), exactly
+    those `copied`; upstream's copyright lines open the file, above the holder's header."""
+    ups = {}
+    for rel in ("mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py",
+                "mamba_ssm/ops/triton/mamba3/utils.py"):
+        ups.update(_functions(open(os.path.join(upstream_root, rel)).read()))
+    ours = _functions(text)
+    assert set(ours) == copied
+    for name, node in ours.items():
+        assert ast.dump(node) == ast.dump(ups[name]), name
+    head = [ln[2:] for ln in text.split("\n")[:len(notices) + 1]]
+    assert head == notices + [HUAWEI]
+
+
+def test_original_is_upstreams(tree, upstream):
+    text = open(tree[0] / ORIGINAL).read()
+    _check_original(text, upstream, fake_mamba.COPIED, fake_mamba.NOTICES)
+    assert "einops" not in text and "import math" not in text          # imports it does not use
+    assert "\nHALF: tl.constexpr = tl.constexpr(0.5)\n" in text and "UNUSED" not in text
+    mod = importlib.import_module(ORIGINAL[:-3].replace("/", "."))
+    do, z, o = (torch.randn(2, 3, 4, 5) for _ in range(3))
+    dz, dos = mod.compute_dzdo(do, z, o)                               # it runs as copied
+    s = torch.sigmoid(z)
+    torch.testing.assert_close(dos, do * s * z)
+    torch.testing.assert_close(dz, do * o * s * (1 + z * (1 - s)))
+
+
+@pytest.mark.skipif(not os.path.isdir(REAL_UPSTREAM), reason="no mamba checkout in "
+                    "third_party_ref/mamba (the stand-in's test above covers the copy)")
+def test_original_is_a_real_upstreams(tmp_path):
+    """From a state-spaces/mamba checkout and from its mamba_ssm folder alike."""
+    for path in (REAL_UPSTREAM, os.path.join(REAL_UPSTREAM, "mamba_ssm")):
+        text = mindspeed_ops.original(path)
+        notices = [ln[2:] for ln in text.split("\n") if ln.startswith("# Copyright")][:-1]
+        assert notices and all("HUAWEI" not in n for n in notices)
+        _check_original(text, REAL_UPSTREAM, {"mamba3_siso_bwd_kernel_dzdo", "compute_dzdo"},
+                        notices)
+        compile(text, ORIGINAL, "exec")
+
+
+def test_package_imports_as_the_repository_expects(tree):
+    """After the README's lines: modules stay modules (import ... as m, and the package's
+    attribute of the module's name), compute_dzdo is exported, the arch32 package binds none
+    of its modules' names. In a fresh interpreter without zgate."""
+    code = """if True:
+        import sys, types
+        sys.modules["zgate"] = None
+        import mindspeed_ops.api.triton.mamba3_siso_bwd_kernel_dzdo as m
+        import mindspeed_ops.api.triton as pkg
+        from mindspeed_ops.api.triton import mamba3_siso_bwd_kernel_dzdo as m2, compute_dzdo
+        import mindspeed_ops.arch32.triton.mamba3 as arch
+        import mindspeed_ops.arch32.triton.mamba3.mamba3_siso_bwd_dzdo_impl as impl
+        assert isinstance(m, types.ModuleType) and m is m2 is pkg.mamba3_siso_bwd_kernel_dzdo
+        assert compute_dzdo is m.compute_dzdo and callable(compute_dzdo)
+        assert isinstance(impl, types.ModuleType)
+        assert all(isinstance(getattr(arch, n), types.ModuleType)
+                   for n in dir(arch) if not n.startswith("__")), dir(arch)
+        print("imports as expected")
+    """
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(tree[1]), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "imports as expected" in r.stdout, r.stderr[-3000:]
+
+
+def test_readme_appends_and_places(tree, tmp_path):
+    """The README's table places every generated file; its lines to append are one block for
+    mindspeed_ops/api/triton/__init__.py, a skeleton file; apply.py refuses a tree the README
+    does not cover."""
+    files, appended = _apply(tree[0], tmp_path / "repo")
+    assert appended == ["mindspeed_ops/api/triton/__init__.py"]
+    assert {rel for rel, _ in _files(tree[0])} - set(files) == {"MAMBA3_DZDO_README.md"}
+    (tree[0] / "stray.py").write_text("x = 1\n")
+    try:
+        with pytest.raises(SystemExit, match="stray.py"):
+            _apply(tree[0], tmp_path / "repo2")
+    finally:
+        (tree[0] / "stray.py").unlink()
 
 
 def test_document_and_readme(tree):
-    doc = open(tree / "docs/triton/mamba3_siso_bwd_kernel_dzdo.md", encoding="utf-8").read()
+    doc = open(tree[0] / "docs/triton/mamba3_siso_bwd_kernel_dzdo.md", encoding="utf-8").read()
     heads = re.findall(r"^#+ (.+)$", doc, re.M)
     for h in ("概述", "函数签名", "参数说明", "前向输入", "前向输出", "约束", "精度结果", "未验证事项"):
         assert h in heads, h
     assert "| 参数 | 类型 | 形状 | 描述 | 是否必须 |" in doc
-    readme = open(tree / "MAMBA3_DZDO_README.md", encoding="utf-8").read()
-    for path in mindspeed_ops.generate(str(tree)):          # every file is placed by the README
-        assert path == "MAMBA3_DZDO_README.md" or path.startswith(ATK) or path in readme, path
+
+
+# ATK's configuration schema (atk_common_utils design_config, public): the keys each level of
+# a case-design yaml may hold (pydantic models with extra keys forbidden)
+DESIGN_KEYS = {"name", "aclnn_name", "triton_name", "version", "expected_error_msg", "api",
+               "api_type", "aclnn_api_type", "triton_api_type", "fusion_api_type",
+               "dist_api_type", "generate", "standard", "backward", "outputs", "inputs",
+               "tensor_input", "method_inputs", "shape_distributions", "dtype_numbers",
+               "extra_numbers"}
+INPUT_KEYS = {"name", "aclnn_name", "type", "required", "backward", "align_32B",
+              "outlier_values", "dtypes", "ranges", "shapes", "tuple_numbers", "boundary",
+              "expected_error_msg"}
+RANDOM_KEYS = {"type", "values", "weights", "invalid_values", "random_types"}
+NESTED = {"ranges": {"valid", "invalid", "valid_weights"},
+          "shapes": {"dim_numbers", "dim_values", "max_length"}}
+
+
+def test_atk_yaml_fits_the_schema(tree):
+    design = yaml.safe_load(open(tree[0] / ATK / "mamba3_siso_bwd_kernel_dzdo.yaml"))
+    assert set(design) <= DESIGN_KEYS and set(design["standard"]) <= {"acc", "perf"}
+    for inp in design["inputs"]:
+        assert set(inp) <= INPUT_KEYS, inp["name"]
+        assert inp["type"] in ("tensor", "attr") and set(inp["dtypes"]) <= RANDOM_KEYS
+        for key, allowed in NESTED.items():
+            assert set(inp.get(key, {})) <= allowed, (inp["name"], key)
+            for sub in ("valid", "dim_numbers", "dim_values"):
+                assert set(inp.get(key, {}).get(sub, {})) <= RANDOM_KEYS
+    assert [i["name"] for i in design["inputs"]] == ["do", "z", "o", "chunk_size", "z_layout"]
+    api = open(tree[0] / ATK / "api_mamba3_siso_bwd_kernel_dzdo.py").read()
+    gen = open(tree[0] / ATK / "generate_mamba3_siso_bwd_kernel_dzdo.py").read()
+    assert 'register("%s")' % design["api_type"] in api
+    assert 'register("%s")' % design["triton_api_type"] in api
+    assert 'register("%s")' % design["generate"] in gen
 
 
 def _atk_stand_ins(monkeypatch):
@@ -213,10 +373,15 @@ def _atk_stand_ins(monkeypatch):
     class Base:
         def __init__(self, config=None):
             self.config = config
+
+    class TritonBase(Base):
+        def __init__(self, task_result):
+            raise AssertionError("kernel discovery by triton_name is not used")
     mods = {"atk.configs.dataset_config": {"InputDataset": types.SimpleNamespace},
             "atk.configs.case_config": {"CaseConfig": object},
             "atk.tasks.api_execute": {"register": register},
             "atk.tasks.api_execute.base_api": {"BaseApi": Base},
+            "atk.tasks.api_execute.triton_base_api": {"TritonBaseApi": TritonBase},
             "atk.case_generator.generator.base_generator": {"CaseGenerator": Base},
             "atk.case_generator.generator.generate_types": {
                 "GENERATOR_REGISTRY": types.SimpleNamespace(register=register)}}
@@ -236,51 +401,90 @@ def _load(path, name):
     return mod
 
 
-def test_atk_generator_and_wrapper(tree, monkeypatch):
+def test_atk_generator_covers_every_shape_per_dtype(tree, monkeypatch):
     registry = _atk_stand_ins(monkeypatch)
-    gen = _load(tree / ATK / "generate_mamba3_siso_bwd_kernel_dzdo.py", "atk_gen")
-    g = registry["generate_mamba3_siso_bwd_kernel_dzdo"](None)
-    shapes = []
-    for _ in range(len(gen.CASE_SHAPES)):
-        ins = [types.SimpleNamespace(shape=[3], dtype=d) for d in ("bf16", "fp32", "fp16")]
+    gen = _load(tree[0] / ATK / "generate_mamba3_siso_bwd_kernel_dzdo.py", "atk_gen")
+    design = yaml.safe_load(open(tree[0] / ATK / "mamba3_siso_bwd_kernel_dzdo.yaml"))
+    g = registry[design["generate"]](None)
+    made = {}
+    for k in range(3 * design["dtype_numbers"]):        # ATK's order of dtypes is not assumed
+        dtype = ("bf16", "fp32", "fp16")[k % 3]
+        ins = [types.SimpleNamespace(shape=[3], dtype=d, range_values=None)
+               for d in (dtype, "fp32", "fp16", "int", "string")]
         cfg = g.after_case_config(types.SimpleNamespace(inputs=ins))
-        assert [i.dtype for i in cfg.inputs] == ["bf16"] * 3
+        assert [i.dtype for i in cfg.inputs[:3]] == [dtype] * 3
         assert cfg.inputs[0].shape == cfg.inputs[1].shape == cfg.inputs[2].shape
-        shapes.append(tuple(cfg.inputs[0].shape))
-    assert {s[-1] for s in shapes} >= {64, 80, 96, 128} and len(set(shapes)) == len(shapes)
+        assert cfg.inputs[3].range_values == 64
+        made.setdefault(dtype, []).append((tuple(cfg.inputs[0].shape), cfg.inputs[4].range_values))
+    everything = {(s, l) for s in gen.CASE_SHAPES for l in ("dense", "in_proj")}
+    model = {tuple(s) for s in __import__("zgate.cases", fromlist=["x"]).real_shapes()}
+    assert model <= set(gen.CASE_SHAPES) and {s[-1] for s in gen.CASE_SHAPES} >= {64, 80, 96, 128}
+    for dtype, cases in made.items():
+        assert sorted(cases) == sorted(everything), dtype          # each once
 
-    wrap = _load(tree / ATK / "api_mamba3_siso_bwd_kernel_dzdo.py", "atk_api")
-    api = registry["mamba3_siso_bwd_kernel_dzdo"]()
-    api.device, api.device_id = "cpu", 0
+
+def test_atk_wrappers(tree, monkeypatch):
+    registry = _atk_stand_ins(monkeypatch)
+    wrap = _load(tree[0] / ATK / "api_mamba3_siso_bwd_kernel_dzdo.py", "atk_api")
+    design = yaml.safe_load(open(tree[0] / ATK / "mamba3_siso_bwd_kernel_dzdo.yaml"))
+    bench = registry[design["api_type"]]()
+    bench.device, bench.device_id = "cpu", 0
     kw = {"do": torch.zeros(2, 5, 3, 80, dtype=torch.bfloat16), "z": None, "o": None,
           "chunk_size": 64, "z_layout": "in_proj"}
     data = types.SimpleNamespace(kwargs=kw)
-    api.init_by_input_data(data)
+    bench.init_by_input_data(data)
     assert kw["z"].stride() == (5 * 400, 400, 80, 1)                # a view into the projection
     again = wrap.make_inputs((2, 5, 3, 80), torch.bfloat16)         # seeded: the same again
     assert all(torch.equal(a, b) for a, b in zip(again, (kw["do"], kw["z"], kw["o"])))
-    bench = api(data)
-    from mindspeed_ops.api.triton.mamba3_siso_bwd_kernel_dzdo import compute_dzdo
-    for got, ref in zip(compute_dzdo(kw["do"], kw["z"], kw["o"]), bench):
+    expected = bench(data)
+    triton_api = registry[design["triton_api_type"]].__new__(registry[design["triton_api_type"]])
+    for got, ref in zip(triton_api(data), expected):       # the operator (its package export)
         # the interpreter truncates to bfloat16: within one bfloat16 ulp of the benchmark
         d = (got.float() - ref.float()).abs()
         assert bool((d <= ref.float().abs() * 2.0 ** -7 + 1e-30).all())
+    calls = []                                             # the gpu node: upstream's kernel
+    original = importlib.import_module(ORIGINAL[:-3].replace("/", "."))
+    monkeypatch.setattr(original, "compute_dzdo", lambda *a, **k: calls.append(k) or "orig")
+    bench.device = "gpu"
+    assert bench(data) == "orig" and calls == [{"chunk_size": 64}]
+    bench.device = "npu"
+    with pytest.raises(ValueError, match="triton_api_type"):
+        bench.init_by_input_data(data)
+
+
+def test_acceptance_takes_the_trees_api(tree, capsys):
+    """python -m zgate.acceptance --impl MODULE:FUNCTION on the tree's API (CPU tensors under
+    the interpreter), as an NPU run names it."""
+    from zgate import acceptance
+    assert acceptance.main(["--device", "cpu", "--quick", "--precision-only", "--op", "bwd",
+                            "--impl", "mindspeed_ops.api.triton.mamba3_siso_bwd_kernel_dzdo:"
+                            "compute_dzdo"]) == 0, capsys.readouterr().out[-2000:]
 
 
 def test_tree_unit_tests_without_zgate(tree):
-    """The tree's own tests, in a child process where `import zgate` fails."""
+    """The tree's own tests in the skeleton, in a child process where `import zgate` fails."""
     code = ("import sys; sys.modules['zgate'] = None; import pytest; "
             "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/unit_tests']))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(tree), capture_output=True,
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(tree[1]), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     m = re.search(r"(\d+) passed", r.stdout)
     assert m and int(m.group(1)) >= 10 and "skipped" not in r.stdout, r.stdout[-500:]
 
 
-def test_command(tmp_path, capsys):
-    assert mindspeed_ops.main([str(tmp_path / "out")]) == 0
+def test_command(tmp_path, capsys, upstream):
+    assert mindspeed_ops.main([str(tmp_path / "out"), "--upstream", upstream]) == 0
     assert "files written under" in capsys.readouterr().out
+    assert (tmp_path / "out" / ORIGINAL).is_file()
+    # without --upstream: the rest written, the missing file and how to add it said, status 3
+    assert mindspeed_ops.main([str(tmp_path / "bare")]) == 3
+    err = capsys.readouterr().err
+    assert ORIGINAL in err and "--upstream PATH" in err and "mamba_ssm" in err
+    assert not (tmp_path / "bare" / ORIGINAL).exists()
+    assert (tmp_path / "bare" / "MAMBA3_DZDO_README.md").is_file()
+    # an upstream without the kernel: refused, nothing written
+    assert mindspeed_ops.main([str(tmp_path / "none"), "--upstream", str(tmp_path)]) == 2
+    assert "--upstream PATH" in capsys.readouterr().err and not (tmp_path / "none").exists()
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert mindspeed_ops.main([str(blocker)]) == 2

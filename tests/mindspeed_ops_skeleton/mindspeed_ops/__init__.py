@@ -1,0 +1,1 @@
+"""Stand-in for MindSpeed-Ops' top-level package (its import-time CANN set-up left out)."""

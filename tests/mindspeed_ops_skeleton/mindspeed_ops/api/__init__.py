@@ -1,0 +1,1 @@
+"""Stand-in for mindspeed_ops.api."""

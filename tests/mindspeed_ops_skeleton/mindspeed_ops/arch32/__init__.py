@@ -1,0 +1,1 @@
+"""Stand-in for mindspeed_ops.arch32 (Atlas A2/A3 implementations)."""
