@@ -31,6 +31,7 @@
 #include "zgate.h"
 #include "zgate_check.h"
 #include "zgate_private.h"
+#include "py_limited.h"
 
 /* DLPack 1.x structures, declared here since the dlpack.h found may be 0.x (same DLTensor). */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -501,14 +502,14 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
   Kind *k = kind_of(x);
   if (!k) return -1;
   if (output && !k->mutable_)
-    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, Py_TYPE(x)->tp_name), -1;
+    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, type_name(x)), -1;
   int r;
   switch (k->mode) {
   case M_EXCHANGE: r = view_exchange(v, k, x, c); break;
   case M_BUFFER: r = view_buffer(v, k, x, name, output); break;
   case M_CAI: r = view_cai(v, k, x, name, output, c); break;
   case M_DLPACK: r = view_dlpack(v, k, x, name, output, c); break;
-  default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, Py_TYPE(x)->tp_name), -1;
+  default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, type_name(x)), -1;
   }
   if (r && !PyErr_ExceptionMatches(Error)) { /* the producer's exception, as the cause */
     PyObject *t, *cause, *tb, *e;
@@ -517,7 +518,7 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
     PyErr_Clear();
-    fail(-1, "%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
+    fail(-1, "%s: could not read %s as an array: %S", name, type_name(x),
          lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
     Py_XDECREF(lines);
     Py_XDECREF(why);
@@ -539,7 +540,7 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
 static int threads_of(PyObject *n, int *out) {
   if (PyBool_Check(n) || !PyIndex_Check(n))
     return fail(ZGATE_ERR_OPTIONS, "options: num_threads is %R (%s); it takes a whole number: "
-                "0 (the OpenMP default) or a thread count", n, Py_TYPE(n)->tp_name), -1;
+                "0 (the OpenMP default) or a thread count", n, type_name(n)), -1;
   int overflow = 0;
   long long v = PyLong_AsLongLongAndOverflow(n, &overflow); /* through n.__index__ */
   if (v == -1 && PyErr_Occurred()) return -1;
@@ -559,8 +560,9 @@ static PyObject *py_num_threads(PyObject *self, PyObject *n) {
 
 /* True or False (a NumPy bool too); anything else is refused, not read as truthy. */
 static int flag_of(PyObject *v, const char *name, int *out) {
-  const char *t = Py_TYPE(v)->tp_name;
-  if (PyBool_Check(v) || !strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_"))
+  if (PyBool_Check(v)) return (*out = PyObject_IsTrue(v)) < 0 ? -1 : 0;
+  const char *t = type_name(v);
+  if (!strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_"))
     return (*out = PyObject_IsTrue(v)) < 0 ? -1 : 0;
   return fail(-1, "%s is %R (%s); it takes True or False", name, v, t), -1;
 }
@@ -581,7 +583,7 @@ static int compact(const DLTensor *t) {
 static PyObject *new_like(Kind *k, PyObject *x, const DLTensor *t) {
   if (k->like == Py_None)
     return fail(-1, "cannot make outputs like a %s; pass them (dz=, dout_scaled=, out=)",
-                Py_TYPE(x)->tp_name);
+                type_name(x));
   PyObject *fn = PyTuple_GET_ITEM(k->like, 0), *kw = PyTuple_GET_ITEM(k->like, 1);
   if (kw == Py_None || compact(t)) return PyObject_CallOneArg(fn, x);
   PyObject *args = PyTuple_Pack(1, x);
@@ -783,11 +785,14 @@ static PyObject *py_info(PyObject *self, PyObject *unused) {
     if (!isa || (zgate_cpu_isa_available(isa) && PyList_Append(avail, PyList_GET_ITEM(isas, i))))
       Py_CLEAR(avail);
   }
-  PyObject *r = avail ? Py_BuildValue("{s:s,s:s,s:O,s:O,s:s,s:O,s:s}", "version", zgate_version(),
+  char gpus[1024];
+  int ngpus = zg_cuda_devices(gpus, sizeof gpus);
+  PyObject *r = avail ? Py_BuildValue("{s:s,s:s,s:O,s:O,s:s,s:O,s:i,s:s,s:s}", "version", zgate_version(),
                                       "library", path, "cpu_isas_built", isas, "cpu_isas_available",
                                       avail, "cpu_isa_chosen", zgate_cpu_isa_chosen(), "cuda_built",
-                                      zgate_cuda_built() ? Py_True : Py_False, "build_info",
-                                      zgate_build_info())
+                                      zgate_cuda_built() ? Py_True : Py_False, "cuda_device_count",
+                                      ngpus, ngpus ? "cuda_devices" : "cuda_unavailable", gpus,
+                                      "build_info", zgate_build_info())
                       : NULL;
   Py_XDECREF(isas);
   Py_XDECREF(avail);
