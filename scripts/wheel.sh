@@ -35,10 +35,10 @@ raw=build/wheel-raw
 rm -rf "$raw" && mkdir -p "$raw" dist
 start=$(date +%s)
 "$py" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check -w "$raw" \
-  -C build-dir="build/wheel-$abi" \
-  ${sabi:+-C wheel.py-api=cp311 -C cmake.define.ZGATE_PYTHON_SABI=$sabi} \
-  -C cmake.define.ZGATE_CUDA="$cuda" -C cmake.define.ZGATE_CUDART=STATIC \
-  -C "cmake.define.CMAKE_CUDA_ARCHITECTURES=80-real;90-real;90-virtual" .
+  --config-settings=build-dir="build/wheel-$abi" \
+  ${sabi:+--config-settings=wheel.py-api=cp311 --config-settings=cmake.define.ZGATE_PYTHON_SABI=$sabi} \
+  --config-settings=cmake.define.ZGATE_CUDA="$cuda" --config-settings=cmake.define.ZGATE_CUDART=STATIC \
+  "--config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=80-real;90-real;90-virtual" .
 echo "wheel.sh: built in $(( $(date +%s) - start )) s"
 
 whl=$(ls "$raw"/zgate-*.whl)
