@@ -28,8 +28,8 @@ OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"install check acceptance mamba"}
 venv=$root/build/gpu-wheel/venv
 source scripts/gpu-stage.sh
-whl=$(ls dist/zgate-*.whl 2>/dev/null | head -1)
-[ -n "$whl" ] || { echo "gpu-wheel: no dist/zgate-*.whl (carry dist/: run scripts/wheel.sh first)"; exit 2; }
+ls dist/zgate-*.whl >/dev/null 2>&1 ||
+  { echo "gpu-wheel: no dist/zgate-*.whl (carry dist/: run scripts/wheel.sh first)"; exit 2; }
 
 # The machine's PATH less the CUDA toolkit; nvcc must then be missing.
 no_toolkit=$venv/bin
@@ -37,11 +37,13 @@ IFS=: read -ra dirs <<<"$PATH"
 for d in "${dirs[@]}"; do
   [ -n "$d" ] && [ ! -x "$d/nvcc" ] && [[ "$d" != /usr/local/cuda* ]] && no_toolkit+=:$d
 done
-export NO_TOOLKIT_PATH=$no_toolkit VENV=$venv WHL=$root/$whl ROOT=$root MAMBA OUT
+export NO_TOOLKIT_PATH=$no_toolkit VENV=$venv ROOT=$root MAMBA OUT
 
-install_wheel() {
+install_wheel() { # pip picks the wheel of dist/ that this Python and glibc take
+  python3 -c 'import platform, sys; print("CPython", sys.version.split()[0], "glibc", platform.libc_ver()[1])'
   rm -rf "$VENV" && python3 -m venv --system-site-packages "$VENV" &&
-    "$VENV/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check "$WHL" &&
+    "$VENV/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check \
+      --find-links "$ROOT/dist" zgate &&
     "$VENV/bin/python" -c 'import sys, zgate, torch
 print(sys.version.split()[0], zgate.__file__, zgate.info()["build_info"])
 print("torch", torch.__version__, "CUDA", torch.version.cuda)'
@@ -75,5 +77,5 @@ for f in install check acceptance; do stage_tail $f 14; done
 [ ! -f "$OUT/mamba/zgate.log" ] || { echo "--- mamba (tail)"; grep -v "^$" "$OUT/mamba/zgate.log" | tail -n 14 | cut -c1-240; }
 [ ! -f "$OUT/mamba/zgate.err" ] || { echo "--- mamba: error figures with zgate"; cut -c1-200 "$OUT/mamba/zgate.err"; }
 echo
-echo "wheel: $(basename "$whl")"
+echo "wheel: $(cd "$venv/lib" 2>/dev/null && cat python3*/site-packages/zgate-*.dist-info/WHEEL 2>/dev/null | grep '^Tag' | tr '\n' ' ')"
 stage_summary
