@@ -785,18 +785,25 @@ static PyObject *py_info(PyObject *self, PyObject *unused) {
     if (!isa || (zgate_cpu_isa_available(isa) && PyList_Append(avail, PyList_GET_ITEM(isas, i))))
       Py_CLEAR(avail);
   }
-  char gpus[1024];
-  int ngpus = zg_cuda_devices(gpus, sizeof gpus);
-  PyObject *r = avail ? Py_BuildValue("{s:s,s:s,s:O,s:O,s:s,s:O,s:i,s:s,s:s}", "version", zgate_version(),
+  PyObject *r = avail ? Py_BuildValue("{s:s,s:s,s:O,s:O,s:s,s:O,s:s}", "version", zgate_version(),
                                       "library", path, "cpu_isas_built", isas, "cpu_isas_available",
                                       avail, "cpu_isa_chosen", zgate_cpu_isa_chosen(), "cuda_built",
-                                      zgate_cuda_built() ? Py_True : Py_False, "cuda_device_count",
-                                      ngpus, ngpus ? "cuda_devices" : "cuda_unavailable", gpus,
-                                      "build_info", zgate_build_info())
+                                      zgate_cuda_built() ? Py_True : Py_False, "build_info",
+                                      zgate_build_info())
                       : NULL;
   Py_XDECREF(isas);
   Py_XDECREF(avail);
   return r;
+}
+
+/* cuda_devices() -> (count, text): the CUDA devices seen, named, or why there are none. Apart
+ * from info(): it initializes the CUDA driver, which info()'s other callers need not. */
+static PyObject *py_cuda_devices(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  char text[1024];
+  int n = zg_cuda_devices(text, sizeof text);
+  return Py_BuildValue("(is)", n, text);
 }
 
 /* configure(classify, reference_like): zgate._kinds' functions (the package's __init__). */
@@ -828,6 +835,7 @@ static PyMethodDef methods[] = {
     {"reference_fwd", FASTCALL(py_reference_fwd), "reference_fwd(o, z, out)"},
     {"check_tensor", FASTCALL(py_check_tensor), "check_tensor(quantity, got, ref, dout, z, o)"},
     {"info", py_info, METH_NOARGS, "info() -> dict"},
+    {"cuda_devices", py_cuda_devices, METH_NOARGS, "cuda_devices() -> (count, names or why none)"},
     {"configure", FASTCALL(py_configure), "configure(classify, reference_like)"},
     {"address", py_address, METH_O, "address(obj) -> the address of obj's buffer"},
     {"num_threads", py_num_threads, METH_O, "num_threads(n) -> n, checked as bwd and fwd do"},
