@@ -21,7 +21,7 @@
 # Each stage reinstalls nothing the one before made: on a fresh machine name install first,
 # e.g. STAGES="install mamba". Logs in $OUT (build/gpu-out elsewhere); table last.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 root=$PWD
 MAMBA=${1:-third_party_ref/mamba}
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"

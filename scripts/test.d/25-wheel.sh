@@ -75,8 +75,8 @@ declare -A seen=()
 for exe in "${pythons[@]}"; do
   [ -x "$exe" ] || continue
   v=$("$exe" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
-  [ "$("$exe" -c 'import sys; print(sys.version_info >= (3, 11))')" = True ] && [ -z "${seen[$v]:-}" ] ||
-    continue
+  if [ "$("$exe" -c 'import sys; print(sys.version_info >= (3, 11))')" != True ] ||
+     [ -n "${seen[$v]:-}" ]; then continue; fi
   seen[$v]=1
   "$exe" -m venv "$work/v$v"
   if ! timeout 120 "$work/v$v/bin/python" -m pip install -q --disable-pip-version-check numpy \
