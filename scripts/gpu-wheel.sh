@@ -18,11 +18,12 @@
 #               "-k test_mamba3_siso_combined_batched" (upstream autotunes for minutes a test)
 # acceptance and mamba run with the machine's PATH less every folder holding nvcc (Triton
 # compiles its launcher with the machine's C compiler; its ptxas is its own), CUDA_HOME unset.
-# Each stage reinstalls nothing the one before made: on a fresh machine name install first,
-# e.g. STAGES="install mamba". Logs in $OUT (build/gpu-out elsewhere); table last.
+# Only the install stage installs: on a fresh machine name it first, e.g. STAGES="install mamba".
+# Logs in $OUT (build/gpu-out elsewhere); table last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 root=$PWD
+unset PYTHONPATH   # zgate from the wheel alone
 MAMBA=${1:-third_party_ref/mamba}
 OUT=${OUT:-$PWD/build/gpu-out}; mkdir -p "$OUT"
 STAGES=${STAGES:-"install check acceptance mamba"}
