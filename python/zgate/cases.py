@@ -24,6 +24,10 @@ F32_ULPS = 4            # the policy's float32 bound, in ulps of the scale (zgat
 # worst seen is in docs/performance.md).
 TRITON_F32_ULPS = 64
 GOLDEN_F32_ULPS = 8192  # 2^13 ulp of the scale: between 0.05% and 0.1% of it
+REQUEST_REL = 1e-3      # the request's criterion: an error under 0.1% of the elementwise scale
+# Where the scale is below the output type's smallest normal the type cannot hold 0.1% of it:
+# the request's figure takes that normal as the scale there.
+_SMALLEST_NORMAL = {"float32": 2.0 ** -126, "float16": 2.0 ** -14, "bfloat16": 2.0 ** -126}
 
 
 class Case(NamedTuple):
@@ -191,6 +195,32 @@ def judge(quantity, got, ref, dout, z, o, f32_ulps=F32_ULPS):
     return st
 
 
+def policy_scale(quantity, dout, z, o):
+    """The policy's elementwise scale (zgate_check.h), in float64: dz |dout*o| s (1 + |z|(1-s)),
+    dout_scaled |dout*z| s, the forward's out |o*z| s, with s = sigmoid(z)."""
+    f64 = lambda a: np.asarray(a, np.float64)     # noqa: E731
+    z = f64(z)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-z))
+    if quantity == "dz":
+        return np.abs(f64(dout) * f64(o)) * s * (1.0 + np.abs(z) * (1.0 - s))
+    return np.abs(f64(dout if quantity == "dout_scaled" else o) * z) * s
+
+
+def request_figures(quantity, got, ref, dout, z, o):
+    """The request's 0.1% criterion on one output: (the largest error over the elementwise
+    scale, the share of elements whose error is past 0.1% of it), over the elements where the
+    reference and the output are finite (the policy judges the others on their own)."""
+    g = got.astype(np.float64)
+    scale = np.maximum(policy_scale(quantity, dout, z, o), _SMALLEST_NORMAL[got.dtype.name])
+    finite = np.isfinite(g) & np.isfinite(ref) & np.isfinite(scale)
+    if not finite.any():
+        return 0.0, 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        rel = np.abs(g - ref)[finite] / scale[finite]
+    return float(rel.max()), float(np.count_nonzero(rel > REQUEST_REL)) / rel.size
+
+
 def as_rounded_to_nearest(got, ref):
     """The Triton interpreter's float32 -> bfloat16 conversion truncates and flushes
     subnormals: a bfloat16 output as round-to-nearest would have stored it, so that the
@@ -231,7 +261,8 @@ def judge_case(case, arrays, outs, f32_ulps, gold=None, interp=False):
             got, skipped = as_rounded_to_nearest(got, ref)
             outs[j] = got
         m = judge(name, got, ref, dout, z, o, f32_ulps)
-        m.update(output=name, dtype=got.dtype.name, n_skipped=skipped)
+        m.update(output=name, dtype=got.dtype.name, n_skipped=skipped, n=int(got.size))
+        m["request_max"], m["request_share"] = request_figures(name, got, ref, dout, z, o)
         if gold is not None:
             gv = gold["%s|%d" % (case.name, j)]
             gv = gv.view(BF16) if got.dtype == BF16 else gv
@@ -242,12 +273,23 @@ def judge_case(case, arrays, outs, f32_ulps, gold=None, interp=False):
     return rows
 
 
+def golden_entries(name, outs, ok):
+    """A case's entries in a golden file: its outputs (bfloat16 as its bits: .npz has no
+    bfloat16) and whether they passed the float64 policy ("name|ok")."""
+    e = {"%s|%d" % (name, j): g.view(np.uint16) if g.dtype == BF16 else g
+         for j, g in enumerate(outs)}
+    e["%s|ok" % name] = np.array(bool(ok))
+    return e
+
+
 def load_golden(path, seed, names):
-    """The stored outputs of a golden run (bfloat16 as its bits: .npz has no bfloat16), or
-    ValueError saying why they do not fit this one."""
+    """The stored outputs of a golden run, or ValueError saying why they cannot judge this
+    one: another seed, a case missing, or a case whose own outputs failed the float64 policy
+    (they would fail a right implementation), named."""
     try:
         gold = np.load(path)
         theirs = int(gold["__seed__"])
+        maker = str(gold["__maker__"]) if "__maker__" in gold else "its maker"
     except (OSError, ValueError, KeyError) as e:
         raise ValueError("cannot read golden file %s: %s" % (path, e)) from None
     if theirs != seed:
@@ -256,4 +298,14 @@ def load_golden(path, seed, names):
     if missing:
         raise ValueError("%s has no outputs of %d cases of this run (%s)" % (
             path, len(missing), ", ".join(missing[:3])))
+    if any("%s|ok" % n not in gold for n in names):
+        raise ValueError("%s does not record whether its outputs passed the float64 policy "
+                         "(an older zgate made it): make it again" % path)
+    wrong = [n for n in names if not gold["%s|ok" % n]]
+    if wrong:
+        raise ValueError("%s cannot be the golden run: %s failed the float64 policy on %d of "
+                         "this run's cases (%s%s); make it with an implementation right on "
+                         "every case (zgate's CUDA or Triton kernel), or leave those cases out "
+                         "with --filter" % (path, maker, len(wrong), ", ".join(wrong[:5]),
+                                            " ..." if len(wrong) > 5 else ""))
     return gold

@@ -5,7 +5,8 @@
 #  2. tests/ascend, in a venv of its own with triton-ascend and ascendnpu-ir (they must not
 #     share an environment with upstream triton): triton-ascend's linalg lowering of the
 #     kernel executed on x86 (Debian's mlir-19-tools, llvm-19, clang-19, libclang-rt-19-dev),
-#     and the compile for Ascend 910B2/B3/B4 down to the final HIVM IR with its UB plan.
+#     and the compile for Ascend 910B2/B3/B4 and the A3 targets (Ascend910_93xx) down to the
+#     final HIVM IR with its UB plan.
 #     zgate is the wheel 20-python built (build/wheel; built here when absent): its compiled
 #     binding judges the outputs by the C policy.
 #  3. The MindSpeed-Ops tree (python -m zgate.mindspeed_ops): its unit tests under

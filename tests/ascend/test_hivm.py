@@ -1,8 +1,8 @@
-"""The kernel compiled for Ascend 910B2/B3/B4 down to the final HIVM IR (bishengir-compile
-without CANN's hivmc): each op x dtype x layout keeps its UB within capacity, double
-buffering on, no scalar accesses and 2-D GM<->UB copies (every dtype combination:
-test_costmodel.py); an oversized tile is refused, the next tile size loses double buffering;
-the parser tells single from double buffering. Needs triton-ascend and
+"""The kernel compiled for Ascend 910B2/B3/B4 and the A3 targets (ascend.TARGETS) down to the
+final HIVM IR (bishengir-compile without CANN's hivmc): each op x dtype x layout keeps its UB
+within capacity, double buffering on, no scalar accesses and 2-D GM<->UB copies (every dtype
+combination: test_costmodel.py); an oversized tile is refused, the next tile size loses
+double buffering; the parser tells single from double buffering. Needs triton-ascend and
 ascendnpu-ir (scripts/test.d/70-ascend.sh makes that environment)."""
 import pytest
 

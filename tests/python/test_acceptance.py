@@ -239,7 +239,7 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
     assert A.main(SMALL + ["--baseline", str(tmp_path / "b.json"), "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert "cannot write" in err and "only in this run: bwd 2x3x4x1 f32 dense" in err
-    assert "--impl upstream does not run on --device cpu" in err
+    assert "--impl upstream on --device cpu runs under the Triton interpreter" in err
     assert not out.exists()
 
 
@@ -264,6 +264,25 @@ def test_golden_off_by_one_percent_fails(tmp_path):
     assert "**FAIL** precision against the golden run" in out.read_text()
 
 
+def test_golden_whose_maker_failed_a_case_is_refused(tmp_path, capsys):
+    """A golden file records per case whether its outputs passed the float64 policy: a run
+    given one that failed a case of it (or a file without the record) is refused, named."""
+    g = tmp_path / "g.npz"
+    assert A.main(SMALL + ["--save-golden", str(g)]) == 0
+    gold = dict(np.load(g))
+    assert gold["bwd 1x5x2x3 f32 zview|ok"] and "--impl zgate on" in str(gold["__maker__"])
+    gold["bwd 1x5x2x3 f32 zview|ok"] = np.array(False)
+    np.savez(tmp_path / "wrong.npz", **gold)
+    assert A.main(SMALL + ["--golden", str(tmp_path / "wrong.npz")]) == 2
+    assert A.main(SMALL + ["--filter", "2x3x4x1 f32", "--golden",
+                           str(tmp_path / "wrong.npz")]) == 0      # that case left out
+    np.savez(tmp_path / "old.npz", **{k: v for k, v in gold.items() if not k.endswith("|ok")})
+    assert A.main(SMALL + ["--golden", str(tmp_path / "old.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be the golden run" in err and "1 of this run's cases (bwd 1x5x2x3 f32 " \
+        "zview)" in err and "does not record whether its outputs passed" in err
+
+
 def test_precision_only_runs_the_whole_list_untimed(tmp_path, capsys):
     from zgate import cases as C
     j, md = tmp_path / "r.json", tmp_path / "r.md"
@@ -277,7 +296,15 @@ def test_precision_only_runs_the_whole_list_untimed(tmp_path, capsys):
     assert all("kernel" not in r and "ideal_us" not in r for r in res["cases"])
     assert res["meta"]["copy_gbps"] is None
     assert [c[:2] for c in res["criteria"]] == [["ref", True], ["ran", True]]
-    assert "| case | MB | precision (error / bound) | max ulps |" in md.read_text()
+    assert "| case | MB | precision (error / bound) | max ulps | past 0.1% |" in md.read_text()
+    # the request's 0.1% per output dtype: float32 inside it, 16-bit rounding past it
+    req = res["request"]
+    assert set(req) == {"float32", "float16", "bfloat16"}
+    assert 0 < req["float32"]["max"] < 1e-4 and req["float32"]["share"] == 0
+    assert req["bfloat16"]["max"] > 1e-3 and 0.05 < req["bfloat16"]["share"] < 0.9
+    assert "## The request's 0.1%, per output dtype" in md.read_text()
+    assert "| float32 | %d | 0.1%% of the scale: **PASS** |" % req["float32"]["outputs"] in \
+        md.read_text()
     assert A.main(SMALL + ["--precision-only", "--save-baseline", str(tmp_path / "b.json")]) == 2
     assert A.main(["--device", "cpu", "--impl", "triton", "--quick"]) == 2
     err = capsys.readouterr().err
@@ -433,6 +460,9 @@ def test_any_function_of_upstreams_signature(tmp_path, monkeypatch, capsys):
     assert not any(" mixed " in n or "bf16-to-f32" in n or "inplace" in n for n in names)
     assert "dtype other than do's" in res["meta"]["not_run"][0]
     assert A.main(base + ["--impl", "dzdo_candidates:one_percent_off"]) == 1
+    res = json.loads(j.read_text())
+    assert 9e-3 < res["request"]["float32"]["max"] < 1.1e-2     # dz 1% off: past 0.1%
+    assert res["request"]["float32"]["share"] > 0.4
     assert A.main(base + ["--impl", "dzdo_candidates:absent"]) == 2
     assert A.main(["--device", "cpu", "--quick", "--precision-only",
                    "--impl", "dzdo_candidates:formula"]) == 2          # no --op bwd

@@ -1,7 +1,8 @@
 """The documentation holds: the Python blocks of the README and of docs/api.md's Python section
 run, every relative link and #anchor resolves, every repository path named exists, the README
-and the docs stay within their line budgets, and the Chinese operator introduction names the
-commit of the English text it translates and follows its structure."""
+and the docs stay within their line budgets, and the Chinese operator introduction names, in
+Chinese, the commit of the English text it translates (docs/operator.md unchanged since) and
+follows its structure."""
 import glob
 import importlib.util
 import os
@@ -191,8 +192,10 @@ def test_translation_names_its_source_and_follows_it():
     if not os.path.exists(OPERATOR_ZH):
         pytest.skip("no translation")
     zh = _read(OPERATOR_ZH)
-    m = re.search(r"translates docs/operator\.md at commit ([0-9a-f]{7,40})", zh)
-    assert m, "operator.zh-CN.md must say which commit of docs/operator.md it translates"
+    m = re.search(r"对应英文版 docs/operator\.md 的提交 ([0-9a-f]{7,40})", zh)
+    assert m, ("operator.zh-CN.md must say, in Chinese (对应英文版 docs/operator.md 的提交 "
+               "<commit>), which commit of docs/operator.md it translates")
+    assert "translates" not in zh, "operator.zh-CN.md's translation note must be in Chinese"
 
     def levels(text):
         return [len(h) for h in re.findall(r"^(#{1,6}) ", re.sub(r"^```.*?^```", "", text,
@@ -210,3 +213,9 @@ def test_translation_names_its_source_and_follows_it():
     known = subprocess.run([git, "-C", ROOT, "cat-file", "-e", m.group(1) + "^{commit}"],
                            capture_output=True)
     assert known.returncode == 0, "commit %s is not in this repository" % m.group(1)
+    # the translation names the English text it follows: docs/operator.md unchanged since
+    changed = subprocess.run([git, "-C", ROOT, "diff", "--quiet", m.group(1), "--",
+                              "docs/operator.md"], capture_output=True)
+    assert changed.returncode == 0, (
+        "docs/operator.md changed since %s, the commit operator.zh-CN.md translates: update "
+        "the translation and its note" % m.group(1))

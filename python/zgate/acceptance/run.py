@@ -1,5 +1,6 @@
 """The cases, the implementations and the measurement of one case."""
 import math
+import os
 import statistics
 
 import numpy as np
@@ -86,9 +87,13 @@ def upstream_impl(mod):
     the wrapper itself asserts CUDA tensors). Its rows are padded to the next power of two
     and masked on that size, so it reads and writes past each row's end: every tensor gets
     that much slack after its last element, and the outputs' wrong values show up as such.
-    The outputs are compact, as compute_dzdo allocates them, not in the layout's views."""
+    The outputs are compact, as compute_dzdo allocates them, not in the layout's views.
+    Under the Triton interpreter (CPU tensors), which cannot time the autotuner's configs,
+    the kernel runs with its first config."""
     import triton
-    kern = mod.mamba3_siso_bwd_kernel_dzdo
+    kern, config = mod.mamba3_siso_bwd_kernel_dzdo, {}
+    if os.environ.get("TRITON_INTERPRET") == "1" and hasattr(kern, "configs"):
+        kern, config = kern.fn, dict(kern.configs[0].kwargs)
     dense = C.layout_views("dense")[1][3]
 
     def prepare(dev, case, ins):
@@ -100,7 +105,7 @@ def upstream_impl(mod):
 
         def grid(meta):
             return (triton.cdiv(l, meta["CHUNK_SIZE"]), h, b)
-        return lambda: kern[grid](*args, HEADDIM_V=hv), outs, ()
+        return lambda: kern[grid](*args, HEADDIM_V=hv, **config), outs, ()
     return prepare
 
 

@@ -22,7 +22,9 @@ import types
 from . import costmodel as _cost
 from . import plan as _plan
 
-TARGETS = ("Ascend910B2", "Ascend910B3", "Ascend910B4")
+# Atlas A2 (910B) and the Atlas A3 (Ascend910_93xx) names triton-ascend 3.2.0 accepts.
+TARGETS = ("Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910_9362", "Ascend910_9372",
+           "Ascend910_9381", "Ascend910_9382", "Ascend910_9391", "Ascend910_9392")
 SHORT = {"f32": "float32", "fp32": "float32", "float32": "float32", "f16": "float16",
          "fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
 TRITON_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -256,8 +258,9 @@ def main(argv=None):
     ap.add_argument("--headdim", type=int, default=64)
     ap.add_argument("--predict", action="store_true",
                     help="also print, per request shape (dense layout), the predicted kernel "
-                    "time at each bandwidth and the speed against an A100 40 GB / 80 GB at "
-                    "90%% of their bandwidth (A100 time / NPU time)")
+                    "time at each bandwidth and the speed against an A100 40 GB / 80 GB, every "
+                    "device at the same share of its bandwidth (A100 time / NPU time), and "
+                    "what 0.9x each A100 needs")
     a = ap.parse_args(argv)
     try:
         _toolchain()
@@ -272,6 +275,8 @@ def main(argv=None):
             for layout in a.layouts.split(","):
                 r = ascend_compile_report(target, op, dtypes, layout, a.headdim)
                 ok.append(_print(r, a.predict))
+    for target in a.targets.split(",") if a.predict else []:
+        print("\n".join(_cost.equal_terms_lines(target)))
     print("%d compiled, %d outside the plan" % (len(ok), ok.count(False)))
     return 0 if all(ok) else 1
 

@@ -103,9 +103,10 @@ def choose_tiles(layout: Layout, tile_elems: int) -> Tiles:
 
 # Tile sizes in elements. Ascend 910B: the largest power of two that bishengir-compile keeps
 # double-buffered in a vector core's 192 KB UB: 4096 for every combination of both ops
-# (float32 backward: 196608 of 196608 bytes; 8192 overflows or drops to single buffering),
-# 8192 for the forward on 16-bit tensors (196608 bytes; each vector instruction's fixed cost
-# spread over twice the elements). tests/ascend checks it for every combination and target.
+# (float32 backward: 180,864 of 196,608 bytes, the fullest mix 196,608; 8192 overflows or
+# drops to single buffering), 8192 for the forward on 16-bit tensors (196,608 bytes; each
+# vector instruction's fixed cost spread over twice the elements). tests/ascend checks it
+# for every combination and target.
 NPU_TILE = 4096
 NPU_TILE_FWD_16BIT = 8192
 # GPU, one program per tile (docs/performance.md compares tile sizes).
