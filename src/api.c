@@ -68,6 +68,13 @@ int zgate_cuda_built(void) {
 #endif
 }
 
+#ifndef ZGATE_WITH_CUDA
+int zg_cuda_devices(char *buf, size_t n) {
+  snprintf(buf, n, "libzgate was built without CUDA");
+  return 0;
+}
+#endif
+
 const char *zgate_build_info(void) {
   static _Thread_local char buf[256];
   snprintf(buf, sizeof buf, "zgate %s; cpu paths built: %s; cpu path chosen: %s; cpu prefetch: %lld B; cuda: %s",

@@ -29,4 +29,9 @@ typedef struct zg_refusal {
 /* The calling thread's record, valid until its next call; tensor NULL after a success. */
 ZGATE_API const zg_refusal *zg_last_refusal(void);
 
+/* The CUDA devices the process sees: their count, and in buf their names and compute
+ * capabilities ("cuda:0 NVIDIA H200, sm_90"), or why none can be used (no driver, a driver
+ * older than the runtime, built without CUDA). For zgate.info(). */
+ZGATE_API int zg_cuda_devices(char *buf, size_t n);
+
 #endif /* ZGATE_PRIVATE_H */

@@ -31,6 +31,7 @@
 #include "zgate.h"
 #include "zgate_check.h"
 #include "zgate_private.h"
+#include "py_limited.h"
 
 /* DLPack 1.x structures, declared here since the dlpack.h found may be 0.x (same DLTensor). */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -501,14 +502,14 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
   Kind *k = kind_of(x);
   if (!k) return -1;
   if (output && !k->mutable_)
-    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, Py_TYPE(x)->tp_name), -1;
+    return fail(-1, "%s is a %s, an immutable array: it cannot be written", name, type_name(x)), -1;
   int r;
   switch (k->mode) {
   case M_EXCHANGE: r = view_exchange(v, k, x, c); break;
   case M_BUFFER: r = view_buffer(v, k, x, name, output); break;
   case M_CAI: r = view_cai(v, k, x, name, output, c); break;
   case M_DLPACK: r = view_dlpack(v, k, x, name, output, c); break;
-  default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, Py_TYPE(x)->tp_name), -1;
+  default: return fail(-1, "%s is a %s; pass it with arrays of its own kind", name, type_name(x)), -1;
   }
   if (r && !PyErr_ExceptionMatches(Error)) { /* the producer's exception, as the cause */
     PyObject *t, *cause, *tb, *e;
@@ -517,7 +518,7 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
     PyObject *why = cause ? PyObject_Str(cause) : NULL; /* its first line (C++ traces follow) */
     PyObject *lines = why ? PyUnicode_Splitlines(why, 0) : NULL;
     PyErr_Clear();
-    fail(-1, "%s: could not read %s as an array: %S", name, Py_TYPE(x)->tp_name,
+    fail(-1, "%s: could not read %s as an array: %S", name, type_name(x),
          lines && PyList_GET_SIZE(lines) ? PyList_GET_ITEM(lines, 0) : Py_None);
     Py_XDECREF(lines);
     Py_XDECREF(why);
@@ -539,7 +540,7 @@ static int view_of(View *v, PyObject *x, const char *name, int output, Call *c) 
 static int threads_of(PyObject *n, int *out) {
   if (PyBool_Check(n) || !PyIndex_Check(n))
     return fail(ZGATE_ERR_OPTIONS, "options: num_threads is %R (%s); it takes a whole number: "
-                "0 (the OpenMP default) or a thread count", n, Py_TYPE(n)->tp_name), -1;
+                "0 (the OpenMP default) or a thread count", n, type_name(n)), -1;
   int overflow = 0;
   long long v = PyLong_AsLongLongAndOverflow(n, &overflow); /* through n.__index__ */
   if (v == -1 && PyErr_Occurred()) return -1;
@@ -559,8 +560,9 @@ static PyObject *py_num_threads(PyObject *self, PyObject *n) {
 
 /* True or False (a NumPy bool too); anything else is refused, not read as truthy. */
 static int flag_of(PyObject *v, const char *name, int *out) {
-  const char *t = Py_TYPE(v)->tp_name;
-  if (PyBool_Check(v) || !strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_"))
+  if (PyBool_Check(v)) return (*out = PyObject_IsTrue(v)) < 0 ? -1 : 0;
+  const char *t = type_name(v);
+  if (!strcmp(t, "numpy.bool") || !strcmp(t, "numpy.bool_"))
     return (*out = PyObject_IsTrue(v)) < 0 ? -1 : 0;
   return fail(-1, "%s is %R (%s); it takes True or False", name, v, t), -1;
 }
@@ -581,7 +583,7 @@ static int compact(const DLTensor *t) {
 static PyObject *new_like(Kind *k, PyObject *x, const DLTensor *t) {
   if (k->like == Py_None)
     return fail(-1, "cannot make outputs like a %s; pass them (dz=, dout_scaled=, out=)",
-                Py_TYPE(x)->tp_name);
+                type_name(x));
   PyObject *fn = PyTuple_GET_ITEM(k->like, 0), *kw = PyTuple_GET_ITEM(k->like, 1);
   if (kw == Py_None || compact(t)) return PyObject_CallOneArg(fn, x);
   PyObject *args = PyTuple_Pack(1, x);
@@ -794,6 +796,16 @@ static PyObject *py_info(PyObject *self, PyObject *unused) {
   return r;
 }
 
+/* cuda_devices() -> (count, text): the CUDA devices seen, named, or why there are none. Apart
+ * from info(): it initializes the CUDA driver, which info()'s other callers need not. */
+static PyObject *py_cuda_devices(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  char text[1024];
+  int n = zg_cuda_devices(text, sizeof text);
+  return Py_BuildValue("(is)", n, text);
+}
+
 /* configure(classify, reference_like): zgate._kinds' functions (the package's __init__). */
 static PyObject *py_configure(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
@@ -823,6 +835,7 @@ static PyMethodDef methods[] = {
     {"reference_fwd", FASTCALL(py_reference_fwd), "reference_fwd(o, z, out)"},
     {"check_tensor", FASTCALL(py_check_tensor), "check_tensor(quantity, got, ref, dout, z, o)"},
     {"info", py_info, METH_NOARGS, "info() -> dict"},
+    {"cuda_devices", py_cuda_devices, METH_NOARGS, "cuda_devices() -> (count, names or why none)"},
     {"configure", FASTCALL(py_configure), "configure(classify, reference_like)"},
     {"address", py_address, METH_O, "address(obj) -> the address of obj's buffer"},
     {"num_threads", py_num_threads, METH_O, "num_threads(n) -> n, checked as bwd and fwd do"},

@@ -107,8 +107,11 @@ def library_path():
 
 
 def info():
-    """What the loaded library was built with and chooses, as a dict."""
-    return dict(_binding.info(), python_package_version=__version__)
+    """What the loaded library was built with and chooses, and the CUDA devices it sees, as a
+    dict: cuda_device_count, then cuda_devices (their names) or cuda_unavailable (why none)."""
+    count, text = _binding.cuda_devices()
+    return dict(_binding.info(), python_package_version=__version__, cuda_device_count=count,
+                **{"cuda_devices" if count else "cuda_unavailable": text})
 
 
 def __getattr__(name):

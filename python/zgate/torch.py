@@ -73,18 +73,28 @@ def compute_dzdo(do, z, o, chunk_size=64):
     """Drop-in for Mamba-3's compute_dzdo (mamba3_siso_bwd): returns (dz, do_scaled).
 
     dz = do * o * s * (1 + z * (1 - s)), do_scaled = do * s * z with s = sigmoid(z), tensors
-    of shape (batch, seqlen, nheads, headdim). As upstream allocates it, dz is
-    torch.empty_like(z): z's dtype, and z's strides when z is dense (a permuted z gives a
-    permuted dz), compact otherwise (a view of a projection); do_scaled is a new compact
-    tensor of do's dtype. z (and do, o) may be strided views: no copy is made. CPU and CUDA
-    tensors, and DTensors (run on their shards). chunk_size is accepted for signature
-    compatibility and ignored (no tiling to tune)."""
+    of shape (batch, seqlen, nheads, headdim). Both are allocated as upstream allocates them:
+    dz = torch.empty_like(z, dtype=do.dtype), do_scaled = torch.empty_like(do), each of do's
+    dtype, and of its source's strides where that tensor is dense (a permuted z gives a
+    permuted dz), compact otherwise (a view of a projection) or where its last stride is not
+    1 (upstream makes such a tensor contiguous first). z (and do, o) may be strided views: no
+    copy is made. CPU and CUDA tensors, and DTensors (run on their shards). chunk_size is
+    accepted for signature compatibility and ignored (no tiling to tune)."""
     if do.dim() != 4:
         raise Error(Status.ERR_NDIM, "compute_dzdo takes (batch, seqlen, nheads, headdim) "
                     "tensors; do has shape %s" % (tuple(do.shape),))
     # zgate.bwd: traced or on a DTensor, through bwd_out on detached tensors, as in eager
     # mode (these results carry no autograd history)
-    return _zgate.bwd(do, z, o, dz=torch.empty_like(z), dout_scaled=_new_like(do))
+    return _zgate.bwd(do, z, o, dz=_upstream_like(z, do.dtype),
+                      dout_scaled=_upstream_like(do, do.dtype))
+
+
+def _upstream_like(t, dtype):
+    """torch.empty_like(t, dtype=dtype) of t as upstream's compute_dzdo holds it: t made
+    contiguous first where its last stride is not 1 (here without copying t)."""
+    if t.dim() and t.stride(-1) != 1 and not t.is_contiguous():
+        return torch.empty_like(t, dtype=dtype, memory_format=torch.contiguous_format)
+    return torch.empty_like(t, dtype=dtype)
 
 
 def use_in_mamba_ssm(module=_mamba.DEFINING_MODULE, *, skip_package_init=False, replacement=None):

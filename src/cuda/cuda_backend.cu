@@ -7,6 +7,7 @@
  * legacy default stream (0) of that device. Every launch is checked (cudaGetLastError); CUDA
  * errors become ZGATE_ERR_CUDA with the CUDA name and message. */
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_runtime.h>
 
@@ -105,4 +106,37 @@ extern "C" int zg_cuda_run(const zg_problem *p, const zg_options *opts) {
     if (e != cudaSuccess && st == ZGATE_OK) st = zgcu::fail_cuda("cudaSetDevice (restoring the caller's device)", e);
   }
   return st;
+}
+
+/* The CUDA devices this process sees, for zgate.info(): their count, and in buf their names
+ * and compute capabilities, or why there are none (no driver, a driver older than the
+ * runtime linked in, no device). */
+extern "C" int zg_cuda_devices(char *buf, size_t n) {
+  int drv = 0, count = 0;
+  buf[0] = '\0';
+  if (cudaDriverGetVersion(&drv) != cudaSuccess || !drv) {
+    snprintf(buf, n, "no CUDA driver on this machine (libcuda.so.1 not found)");
+    return 0;
+  }
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || !count) {
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, n, "CUDA driver %d.%d, runtime %d.%d: %s", drv / 1000, drv % 1000 / 10, rt / 1000,
+             rt % 1000 / 10, e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device visible");
+    cudaGetLastError(); /* not sticky: the next call starts clean */
+    return 0;
+  }
+  size_t len = 0;
+  for (int i = 0; i < count && len < n; i++) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      len += (size_t)snprintf(buf + len, n - len, "%scuda:%d (unreadable)", i ? "; " : "", i);
+      continue;
+    }
+    len += (size_t)snprintf(buf + len, n - len, "%scuda:%d %s, sm_%d%d%s", i ? "; " : "", i, p.name,
+                            p.major, p.minor, p.major < 8 ? " (older than sm_80: not supported)" : "");
+  }
+  return count;
 }

@@ -31,9 +31,16 @@ CALLS = []
 
 def compute_dzdo(do, z, o, chunk_size=64):
     CALLS.append(chunk_size)
+    # allocated as upstream's: a last stride other than 1 made contiguous, then empty_like
+    if do.stride(-1) != 1:
+        do = do.contiguous()
+    if z.stride(-1) != 1:
+        z = z.contiguous()
+    dz, do_scaled = torch.empty_like(z, dtype=do.dtype), torch.empty_like(do, dtype=do.dtype)
     s = torch.sigmoid(z.float())
-    dz = do.float() * o.float() * s * (1 + z.float() * (1 - s))
-    return dz.to(do.dtype), (do.float() * s * z.float()).to(do.dtype)
+    dz.copy_(do.float() * o.float() * s * (1 + z.float() * (1 - s)))
+    do_scaled.copy_(do.float() * s * z.float())
+    return dz, do_scaled
 '''
 
 PACKAGE = {
@@ -136,6 +143,25 @@ def test_replaces_every_site_then_undo_restores_them(make_mamba):
     assert h.calls == 3 and sys.modules[BWD].CALLS == [32, 64, 64]
     h.undo()                                    # a second undo changes nothing
     assert all(f is original for f in sites())
+
+
+def test_patched_sites_allocate_as_the_original(make_mamba):
+    """Through use_in_mamba_ssm, mixed dtypes and z a projection's view or permuted: dz and
+    do_scaled have the dtypes and strides the original gives, and its values."""
+    make_mamba()
+    mod = importlib.import_module(COMBINED)
+    do, z, o = tensors()
+    cases = [(do.float(), z, o),                                          # f32 do, bf16 z view
+             (do.half(), z.float().transpose(1, 2).contiguous().transpose(1, 2), o),
+             (do.transpose(2, 3).contiguous().transpose(2, 3), z.half(), o.bfloat16())]
+    for args in cases:
+        want = mod.backward(*args)
+        with zt.use_in_mamba_ssm() as h:
+            got = mod.backward(*args)
+        assert h.calls == 1
+        for g, w in zip(got, want):
+            assert (g.dtype, g.stride()) == (w.dtype, w.stride())
+            torch.testing.assert_close(g.float(), w.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_context_manager_restores_on_error(make_mamba):

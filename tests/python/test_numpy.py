@@ -423,6 +423,15 @@ def test_info_and_version():
     assert "scalar" in info["cpu_isas_built"]
     assert info["cpu_isa_chosen"] in info["cpu_isas_available"]
     assert os.path.exists(zgate.library_path())
+    # CUDA: the devices seen, named, or why there are none (no driver, no device, no backend)
+    n = info["cuda_device_count"]
+    assert isinstance(n, int) and n >= 0
+    if n:
+        assert info["cuda_devices"].startswith("cuda:0 ") and "cuda_unavailable" not in info
+    else:
+        assert info["cuda_unavailable"] and "cuda_devices" not in info
+        if not info["cuda_built"]:
+            assert info["cuda_unavailable"] == "libzgate was built without CUDA"
 
 
 

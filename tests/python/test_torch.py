@@ -110,19 +110,63 @@ def test_compute_dzdo_drop_in(rng, device, dtype):
     assert torch.equal(dz, dz2)
 
 
-def test_compute_dzdo_allocates_dz_like_z(rng):
-    """dz = torch.empty_like(z), as upstream: a dense permuted z gives a dz of its strides
-    and dtype; do_scaled is compact in do's dtype."""
+def _upstream_allocation(do, z):
+    """(dz, do_scaled) as upstream's compute_dzdo allocates them (state-spaces/mamba,
+    mamba3_siso_bwd.py): a tensor whose last stride is not 1 made contiguous, then
+    torch.empty_like(z, dtype=do.dtype) and torch.empty_like(do, dtype=do.dtype)."""
+    if do.stride(-1) != 1:
+        do = do.contiguous()
+    if z.stride(-1) != 1:
+        z = z.contiguous()
+    return torch.empty_like(z, dtype=do.dtype), torch.empty_like(do, dtype=do.dtype)
+
+
+def _layout(t, how):
+    """t (b, l, h, d) laid out as named: its values, another memory layout."""
+    b, l, h, d = t.shape
+    if how == "dense":
+        return t.contiguous()
+    if how == "permuted":          # dense, (b, h, l, d) in memory
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    if how == "view":              # z's slice of the input projection: not dense
+        proj = torch.zeros(b, l, 3 * h * d, dtype=t.dtype)
+        proj[:, :, 2 * h * d:] = t.reshape(b, l, h * d)
+        return proj[:, :, 2 * h * d:].view(b, l, h, d)
+    if how == "last_strided":      # dense, headdim not unit-stride (upstream copies it)
+        return t.permute(0, 1, 3, 2).contiguous().permute(0, 1, 3, 2)
+    raise ValueError(how)
+
+
+LAYOUTS = ["dense", "permuted", "view", "last_strided"]
+
+
+@pytest.mark.parametrize("z_layout", LAYOUTS)
+@pytest.mark.parametrize("z_dtype", TORCH_DTYPES, ids=tid)
+@pytest.mark.parametrize("do_dtype", TORCH_DTYPES, ids=tid)
+def test_compute_dzdo_allocates_as_upstream(rng, do_dtype, z_dtype, z_layout):
+    """dz and do_scaled have the dtype (do's) and strides of upstream's allocation, for every
+    dtype pair and z dense, permuted, a projection's view or with a strided last dim; do's
+    layouts too. The values are the formula's."""
     b, l, h, d = 2, 9, 3, 16
-    do, _, o = tinputs(rng, (b, l, h, d), torch.float32)
-    z = tinputs(rng, (b, h, l, d), torch.bfloat16)[1].transpose(1, 2)     # dense, permuted
-    dz, ds = zt.compute_dzdo(do, z, o)
-    assert dz.stride() == z.stride() and dz.dtype == torch.bfloat16
-    assert ds.is_contiguous() and ds.dtype == torch.float32
-    check_bwd(do, z, o, dz, ds)
-    # a z of fewer dimensions than do: refused, not packed as if it were 4-D
+    do, z, o = tinputs(rng, (b, l, h, d), torch.float32)
+    z = _layout(z.to(z_dtype), z_layout)
+    for do_layout in ("dense", "permuted", "last_strided"):
+        g = _layout(do.to(do_dtype), do_layout)
+        dz, ds = zt.compute_dzdo(g, z, o)
+        want_dz, want_ds = _upstream_allocation(g, z)
+        assert (dz.dtype, dz.stride()) == (want_dz.dtype, want_dz.stride()), do_layout
+        assert (ds.dtype, ds.stride()) == (want_ds.dtype, want_ds.stride()), do_layout
+        assert dz.dtype == do_dtype and ds.dtype == do_dtype
+        check_bwd(g, z, o, dz, ds)
+
+
+def test_compute_dzdo_refuses_fewer_dims(rng):
+    """a z of fewer dimensions than do: refused, not packed as if it were 4-D"""
+    do, z, o = tinputs(rng, (2, 9, 3, 16), torch.float32)
     with pytest.raises(zgate.Error):
         zt.compute_dzdo(do, z[0], o)
+    with pytest.raises(zgate.Error):
+        zt.compute_dzdo(do, z[0, 0, 0, 0], o)
 
 
 def test_custom_ops_pass_opcheck(rng):
