@@ -43,7 +43,7 @@ export NO_TOOLKIT_PATH=$no_toolkit VENV=$venv ROOT=$root MAMBA OUT
 install_wheel() { # pip picks the wheel of dist/ that this Python and glibc take
   python3 -c 'import platform, sys; print("CPython", sys.version.split()[0], "glibc", platform.libc_ver()[1])'
   rm -rf "$VENV" && python3 -m venv --system-site-packages "$VENV" &&
-    "$VENV/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check \
+    "$VENV/bin/python" -m pip install --no-index --no-deps --ignore-installed --disable-pip-version-check \
       --find-links "$ROOT/dist" zgate &&
     "$VENV/bin/python" -c 'import sys, zgate, torch
 print(sys.version.split()[0], zgate.__file__, zgate.info()["build_info"])

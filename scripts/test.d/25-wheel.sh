@@ -43,7 +43,7 @@ echo "auditwheel show: $policy"
 
 venv=$work/venv
 python3 -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install -q --no-deps --disable-pip-version-check "$whl"
+"$venv/bin/python" -m pip install -q --no-deps --ignore-installed --disable-pip-version-check "$whl"
 # Run from outside the tree, so `import zgate` cannot find python/zgate.
 cd "$work"
 bare=(env -i HOME="$HOME" LANG=C.UTF-8 PATH="$venv/bin" OMP_NUM_THREADS=2)
