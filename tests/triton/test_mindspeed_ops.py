@@ -187,7 +187,7 @@ def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
     (grid, multibuffer), = grids
     assert grid == (3,) and multibuffer is True
     _, _, tiles = impl.plan_call(tuple(do.shape), tuple(t.stride() for t in (do, z, o, dz, dos)),
-                                 256)
+                                 256, 3)
     assert tiles.n_tiles > 3                            # each program loops
     d, zz, oo = (t.double() for t in (do, z, o))
     s = torch.sigmoid(zz)
@@ -196,6 +196,44 @@ def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
         assert got.dtype == dtype and got.shape == do.shape
         err = (got.double() - ref).abs() - tol * ref.abs()
         assert float(err.max()) <= tol, float(err.max())
+
+
+def _launch_spy(seen, name, kernel):
+    """A stand-in for a jitted kernel: records a launch's sizes, strides and constexprs under
+    `name` (pointers and the BACKWARD switch left out), then launches."""
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                seen[name] = {k: v for k, v in kw.items()
+                              if not k.endswith("_ptr") and k != "BACKWARD"}
+                return kernel[grid](**kw)
+            return launch
+    return Spy()
+
+
+@pytest.mark.parametrize("permuted", ["do", "z", "o", None])
+def test_plan_as_zgate_triton(tree, monkeypatch, permuted):
+    """On the same five tensors (one input permuted), the tree's launch takes the layout and
+    tile that zgate.triton's backward takes (the dims ordered by dz's strides), and the same
+    outputs."""
+    import zgate.triton
+    from zgate.triton import kernel as zgate_kernel
+    impl = importlib.import_module(IMPL[:-3].replace("/", "."))
+    seen = {}
+    monkeypatch.setattr(impl, "mamba3_siso_bwd_dzdo_kernel",
+                        _launch_spy(seen, "tree", impl.mamba3_siso_bwd_dzdo_kernel))
+    monkeypatch.setattr(zgate_kernel, "gate_kernel",
+                        _launch_spy(seen, "zgate", zgate_kernel.gate_kernel))
+    B, L, H, D = 2, 5, 3, 80
+    g = torch.Generator().manual_seed(5)
+    t = {n: torch.randn(B, L, H, D, generator=g) for n in ("do", "z", "o")}
+    if permuted:
+        t[permuted] = torch.randn(B, H, L, D, generator=g).permute(0, 2, 1, 3)
+    dz, dos = impl.mamba3_siso_bwd_dzdo_impl(t["do"], t["z"], t["o"])
+    outs = [torch.empty_strided(x.shape, x.stride()) for x in (dz, dos)]
+    zgate.triton.bwd(t["do"], t["z"], t["o"], dz=outs[0], dout_scaled=outs[1])
+    assert seen["tree"] == seen["zgate"], seen
+    torch.testing.assert_close(outs, [dz, dos], rtol=0, atol=0)
 
 
 def _files(tree):
@@ -313,6 +351,8 @@ def test_readme_appends_and_places(tree, tmp_path):
     does not cover."""
     files, appended = _apply(tree[0], tmp_path / "repo")
     assert appended == ["mindspeed_ops/api/triton/__init__.py"]
+    readme = open(tree[0] / "MAMBA3_DZDO_README.md", encoding="utf-8").read()
+    assert "| `%s` |" % ORIGINAL in readme and "(missing)" not in readme
     assert {rel for rel, _ in _files(tree[0])} - set(files) == {"MAMBA3_DZDO_README.md"}
     (tree[0] / "stray.py").write_text("x = 1\n")
     try:
@@ -320,6 +360,17 @@ def test_readme_appends_and_places(tree, tmp_path):
             _apply(tree[0], tmp_path / "repo2")
     finally:
         (tree[0] / "stray.py").unlink()
+
+
+def test_tree_without_upstream_applies(tmp_path):
+    """Without --upstream (a fresh clone has no mamba checkout): the README's row names the
+    original file as missing and places nothing, and the tree applies to the skeleton."""
+    mindspeed_ops.generate(str(tmp_path / "tree"))
+    readme = (tmp_path / "tree" / "MAMBA3_DZDO_README.md").read_text(encoding="utf-8")
+    assert "`%s`" % ORIGINAL not in readme
+    assert re.search(r"^\| %s \(missing\) \|.*--upstream PATH" % re.escape(ORIGINAL), readme, re.M)
+    files, _ = _apply(tmp_path / "tree", tmp_path / "repo")
+    assert ORIGINAL not in files and KERNEL in files
 
 
 def test_document_and_readme(tree):
