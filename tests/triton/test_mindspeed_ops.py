@@ -427,7 +427,8 @@ def _atk_stand_ins(monkeypatch):
 
     class TritonBase(Base):
         def __init__(self, task_result):
-            raise AssertionError("kernel discovery by triton_name is not used")
+            super().__init__()
+            self.task_result = task_result          # what its subclasses must let it do
     mods = {"atk.configs.dataset_config": {"InputDataset": types.SimpleNamespace},
             "atk.configs.case_config": {"CaseConfig": object},
             "atk.tasks.api_execute": {"register": register},
@@ -472,6 +473,9 @@ def test_atk_generator_covers_every_shape_per_dtype(tree, monkeypatch):
     assert model <= set(gen.CASE_SHAPES) and {s[-1] for s in gen.CASE_SHAPES} >= {64, 80, 96, 128}
     for dtype, cases in made.items():
         assert sorted(cases) == sorted(everything), dtype          # each once
+    dims = {n for s in gen.CASE_SHAPES for n in s}                  # the sizes the cases take
+    for inp in design["inputs"][:3]:
+        assert set(inp["shapes"]["dim_values"]["values"]) == dims, inp["name"]
 
 
 def test_atk_wrappers(tree, monkeypatch):
@@ -485,10 +489,19 @@ def test_atk_wrappers(tree, monkeypatch):
     data = types.SimpleNamespace(kwargs=kw)
     bench.init_by_input_data(data)
     assert kw["z"].stride() == (5 * 400, 400, 80, 1)                # a view into the projection
-    again = wrap.make_inputs((2, 5, 3, 80), torch.bfloat16)         # seeded: the same again
-    assert all(torch.equal(a, b) for a, b in zip(again, (kw["do"], kw["z"], kw["o"])))
+    # the unit tests' input maker and float64 reference, imported (not repeated), seeded by the
+    # case's shape and dtype: the same again
+    unit = importlib.import_module("tests.unit_tests.triton.test_mamba3_siso_bwd_kernel_dzdo")
+    assert wrap.make_inputs is unit.make_inputs
+    assert wrap.ref_float64_mamba3_siso_bwd_dzdo is unit.ref_float64_mamba3_siso_bwd_dzdo
+    again = types.SimpleNamespace(kwargs=dict(kw, z=None, o=None))
+    bench.init_by_input_data(again)
+    assert all(torch.equal(again.kwargs[k].nan_to_num(), kw[k].nan_to_num()) for k in ("do", "z", "o"))
     expected = bench(data)
-    triton_api = registry[design["triton_api_type"]].__new__(registry[design["triton_api_type"]])
+    for got, ref in zip(expected, unit.ref_float64_mamba3_siso_bwd_dzdo(kw["do"], kw["z"], kw["o"])):
+        assert got.dtype == torch.bfloat16 and torch.equal(got, ref.to(torch.bfloat16))
+    triton_api = registry[design["triton_api_type"]]("task result")
+    assert triton_api.task_result == "task result"         # TritonBaseApi's constructor ran
     for got, ref in zip(triton_api(data), expected):       # the operator (its package export)
         # the interpreter truncates to bfloat16: within one bfloat16 ulp of the benchmark
         d = (got.float() - ref.float()).abs()
@@ -497,7 +510,10 @@ def test_atk_wrappers(tree, monkeypatch):
     original = importlib.import_module(ORIGINAL[:-3].replace("/", "."))
     monkeypatch.setattr(original, "compute_dzdo", lambda *a, **k: calls.append(k) or "orig")
     bench.device = "gpu"
-    assert bench(data) == "orig" and calls == [{"chunk_size": 64}]
+    with pytest.raises(ValueError, match="headdim 80"):    # it would write past each row
+        bench(data)
+    data64 = types.SimpleNamespace(kwargs=dict(kw, do=torch.zeros(2, 5, 3, 64)))
+    assert bench(data64) == "orig" and calls == [{"chunk_size": 64}]
     bench.device = "npu"
     with pytest.raises(ValueError, match="triton_api_type"):
         bench.init_by_input_data(data)

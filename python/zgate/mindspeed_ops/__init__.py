@@ -77,6 +77,8 @@ def fills(with_original=True):
         "MODEL_SHAPES": _shape_list(model),
         "ATK_SHAPES": _shape_list(ATK_SMALL_SHAPES + model),
         "ATK_LAYOUTS": repr(ATK_LAYOUTS),
+        # the yaml's dim_values: every size of the cases' shapes (the generator sets them)
+        "ATK_DIM_VALUES": repr(sorted({n for s in ATK_SMALL_SHAPES + model for n in s})),
         # ATK makes dtype_numbers cases per dtype: each shape once in each layout
         "ATK_CASES_PER_DTYPE": str(len(ATK_SMALL_SHAPES + model) * len(ATK_LAYOUTS)),
         "ATK_MAX_LENGTH": str(max(math.prod(s) for s in ATK_SMALL_SHAPES + model)),
