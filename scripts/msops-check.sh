@@ -14,7 +14,8 @@ rm -rf "$work/tree" "$work/repo"
 "$gen_py" -m zgate.mindspeed_ops "$work/tree" ${UPSTREAM:+--upstream "$UPSTREAM"} >"$work/generate.log"
 rc=$?
 tail -n 1 "$work/generate.log"
-# 3: written whole but for upstream's kernel (no $UPSTREAM), which only CUDA runs need
+# 3: written without upstream's kernel (no $UPSTREAM): its README row then names it missing
+# and places nothing, and only CUDA runs of the unit tests need it
 if [ $rc -ne 0 ] && { [ $rc -ne 3 ] || [ -n "${UPSTREAM:-}" ]; }; then exit $rc; fi
 "$gen_py" tests/mindspeed_ops_skeleton/apply.py "$work/tree" "$work/repo" || exit $?
 cd "$work/repo" && "$test_py" -c "

@@ -9,8 +9,9 @@
 #     final HIVM IR with its UB plan.
 #     zgate is the wheel 20-python built (build/wheel; built here when absent): its compiled
 #     binding judges the outputs by the C policy.
-#  3. The MindSpeed-Ops tree (python -m zgate.mindspeed_ops, with upstream's kernel where
-#     third_party_ref/mamba holds a mamba checkout) applied, as its README says, to the
+#  3. The MindSpeed-Ops tree (python -m zgate.mindspeed_ops --upstream: a mamba checkout from
+#     $ZGATE_UPSTREAM_MAMBA or third_party_ref/mamba where there is one, else the stand-in of
+#     tests/triton/fake_mamba.py, as on a fresh clone) applied, as its README says, to the
 #     skeleton of MindSpeed-Ops in tests/mindspeed_ops_skeleton (scripts/msops-check.sh); its
 #     unit tests there under triton-ascend's interpreter, in a venv over this Python's PyTorch
 #     (--system-site-packages, its triton-ascend shadowing upstream triton) where `import
@@ -60,7 +61,10 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 up=${ZGATE_UPSTREAM_MAMBA:-$root/third_party_ref/mamba}
-[ -d "$up" ] || up=
+if [ ! -d "$up" ]; then    # no checkout (third_party_ref/ is never committed): the stand-in
+  up=$work/fake-mamba
+  PYTHONPATH=tests/triton "$py" -c "import fake_mamba, sys; fake_mamba.write(sys.argv[1])" "$up"
+fi
 t0=$(date +%s)
 UPSTREAM=$up TRITON_INTERPRET=1 scripts/msops-check.sh "$venv/bin/python" "$tvenv/bin/python" "$work" ||
   { tail -n 30 "$work/pytest.log" 2>/dev/null; echo "70-ascend: the MindSpeed-Ops tree's unit tests failed"; exit 1; }
@@ -75,4 +79,4 @@ if [ "$secs" -gt 60 ]; then
   echo "70-ascend: the MindSpeed-Ops tree's unit tests took ${secs} s, over 60 s"
   exit 1
 fi
-echo "70-ascend: MindSpeed-Ops tree on the skeleton: $passed unit tests passed in ${secs} s under triton-ascend's interpreter without zgate; upstream's kernel from: ${up:-none}"
+echo "70-ascend: MindSpeed-Ops tree on the skeleton: $passed unit tests passed in ${secs} s under triton-ascend's interpreter without zgate; upstream's kernel from: $up"

@@ -187,7 +187,7 @@ def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
     (grid, multibuffer), = grids
     assert grid == (3,) and multibuffer is True
     _, _, tiles = impl.plan_call(tuple(do.shape), tuple(t.stride() for t in (do, z, o, dz, dos)),
-                                 256)
+                                 256, 3)
     assert tiles.n_tiles > 3                            # each program loops
     d, zz, oo = (t.double() for t in (do, z, o))
     s = torch.sigmoid(zz)
@@ -196,6 +196,44 @@ def test_npu_path_tile_loop(tree, monkeypatch, dtype, zview):
         assert got.dtype == dtype and got.shape == do.shape
         err = (got.double() - ref).abs() - tol * ref.abs()
         assert float(err.max()) <= tol, float(err.max())
+
+
+def _launch_spy(seen, name, kernel):
+    """A stand-in for a jitted kernel: records a launch's sizes, strides and constexprs under
+    `name` (pointers and the BACKWARD switch left out), then launches."""
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                seen[name] = {k: v for k, v in kw.items()
+                              if not k.endswith("_ptr") and k != "BACKWARD"}
+                return kernel[grid](**kw)
+            return launch
+    return Spy()
+
+
+@pytest.mark.parametrize("permuted", ["do", "z", "o", None])
+def test_plan_as_zgate_triton(tree, monkeypatch, permuted):
+    """On the same five tensors (one input permuted), the tree's launch takes the layout and
+    tile that zgate.triton's backward takes (the dims ordered by dz's strides), and the same
+    outputs."""
+    import zgate.triton
+    from zgate.triton import kernel as zgate_kernel
+    impl = importlib.import_module(IMPL[:-3].replace("/", "."))
+    seen = {}
+    monkeypatch.setattr(impl, "mamba3_siso_bwd_dzdo_kernel",
+                        _launch_spy(seen, "tree", impl.mamba3_siso_bwd_dzdo_kernel))
+    monkeypatch.setattr(zgate_kernel, "gate_kernel",
+                        _launch_spy(seen, "zgate", zgate_kernel.gate_kernel))
+    B, L, H, D = 2, 5, 3, 80
+    g = torch.Generator().manual_seed(5)
+    t = {n: torch.randn(B, L, H, D, generator=g) for n in ("do", "z", "o")}
+    if permuted:
+        t[permuted] = torch.randn(B, H, L, D, generator=g).permute(0, 2, 1, 3)
+    dz, dos = impl.mamba3_siso_bwd_dzdo_impl(t["do"], t["z"], t["o"])
+    outs = [torch.empty_strided(x.shape, x.stride()) for x in (dz, dos)]
+    zgate.triton.bwd(t["do"], t["z"], t["o"], dz=outs[0], dout_scaled=outs[1])
+    assert seen["tree"] == seen["zgate"], seen
+    torch.testing.assert_close(outs, [dz, dos], rtol=0, atol=0)
 
 
 def _files(tree):
@@ -313,6 +351,8 @@ def test_readme_appends_and_places(tree, tmp_path):
     does not cover."""
     files, appended = _apply(tree[0], tmp_path / "repo")
     assert appended == ["mindspeed_ops/api/triton/__init__.py"]
+    readme = open(tree[0] / "MAMBA3_DZDO_README.md", encoding="utf-8").read()
+    assert "| `%s` |" % ORIGINAL in readme and "(missing)" not in readme
     assert {rel for rel, _ in _files(tree[0])} - set(files) == {"MAMBA3_DZDO_README.md"}
     (tree[0] / "stray.py").write_text("x = 1\n")
     try:
@@ -320,6 +360,17 @@ def test_readme_appends_and_places(tree, tmp_path):
             _apply(tree[0], tmp_path / "repo2")
     finally:
         (tree[0] / "stray.py").unlink()
+
+
+def test_tree_without_upstream_applies(tmp_path):
+    """Without --upstream (a fresh clone has no mamba checkout): the README's row names the
+    original file as missing and places nothing, and the tree applies to the skeleton."""
+    mindspeed_ops.generate(str(tmp_path / "tree"))
+    readme = (tmp_path / "tree" / "MAMBA3_DZDO_README.md").read_text(encoding="utf-8")
+    assert "`%s`" % ORIGINAL not in readme
+    assert re.search(r"^\| %s \(missing\) \|.*--upstream PATH" % re.escape(ORIGINAL), readme, re.M)
+    files, _ = _apply(tmp_path / "tree", tmp_path / "repo")
+    assert ORIGINAL not in files and KERNEL in files
 
 
 def test_document_and_readme(tree):
@@ -376,7 +427,8 @@ def _atk_stand_ins(monkeypatch):
 
     class TritonBase(Base):
         def __init__(self, task_result):
-            raise AssertionError("kernel discovery by triton_name is not used")
+            super().__init__()
+            self.task_result = task_result          # what its subclasses must let it do
     mods = {"atk.configs.dataset_config": {"InputDataset": types.SimpleNamespace},
             "atk.configs.case_config": {"CaseConfig": object},
             "atk.tasks.api_execute": {"register": register},
@@ -421,6 +473,9 @@ def test_atk_generator_covers_every_shape_per_dtype(tree, monkeypatch):
     assert model <= set(gen.CASE_SHAPES) and {s[-1] for s in gen.CASE_SHAPES} >= {64, 80, 96, 128}
     for dtype, cases in made.items():
         assert sorted(cases) == sorted(everything), dtype          # each once
+    dims = {n for s in gen.CASE_SHAPES for n in s}                  # the sizes the cases take
+    for inp in design["inputs"][:3]:
+        assert set(inp["shapes"]["dim_values"]["values"]) == dims, inp["name"]
 
 
 def test_atk_wrappers(tree, monkeypatch):
@@ -434,10 +489,19 @@ def test_atk_wrappers(tree, monkeypatch):
     data = types.SimpleNamespace(kwargs=kw)
     bench.init_by_input_data(data)
     assert kw["z"].stride() == (5 * 400, 400, 80, 1)                # a view into the projection
-    again = wrap.make_inputs((2, 5, 3, 80), torch.bfloat16)         # seeded: the same again
-    assert all(torch.equal(a, b) for a, b in zip(again, (kw["do"], kw["z"], kw["o"])))
+    # the unit tests' input maker and float64 reference, imported (not repeated), seeded by the
+    # case's shape and dtype: the same again
+    unit = importlib.import_module("tests.unit_tests.triton.test_mamba3_siso_bwd_kernel_dzdo")
+    assert wrap.make_inputs is unit.make_inputs
+    assert wrap.ref_float64_mamba3_siso_bwd_dzdo is unit.ref_float64_mamba3_siso_bwd_dzdo
+    again = types.SimpleNamespace(kwargs=dict(kw, z=None, o=None))
+    bench.init_by_input_data(again)
+    assert all(torch.equal(again.kwargs[k].nan_to_num(), kw[k].nan_to_num()) for k in ("do", "z", "o"))
     expected = bench(data)
-    triton_api = registry[design["triton_api_type"]].__new__(registry[design["triton_api_type"]])
+    for got, ref in zip(expected, unit.ref_float64_mamba3_siso_bwd_dzdo(kw["do"], kw["z"], kw["o"])):
+        assert got.dtype == torch.bfloat16 and torch.equal(got, ref.to(torch.bfloat16))
+    triton_api = registry[design["triton_api_type"]]("task result")
+    assert triton_api.task_result == "task result"         # TritonBaseApi's constructor ran
     for got, ref in zip(triton_api(data), expected):       # the operator (its package export)
         # the interpreter truncates to bfloat16: within one bfloat16 ulp of the benchmark
         d = (got.float() - ref.float()).abs()
@@ -446,7 +510,10 @@ def test_atk_wrappers(tree, monkeypatch):
     original = importlib.import_module(ORIGINAL[:-3].replace("/", "."))
     monkeypatch.setattr(original, "compute_dzdo", lambda *a, **k: calls.append(k) or "orig")
     bench.device = "gpu"
-    assert bench(data) == "orig" and calls == [{"chunk_size": 64}]
+    with pytest.raises(ValueError, match="headdim 80"):    # it would write past each row
+        bench(data)
+    data64 = types.SimpleNamespace(kwargs=dict(kw, do=torch.zeros(2, 5, 3, 64)))
+    assert bench(data64) == "orig" and calls == [{"chunk_size": 64}]
     bench.device = "npu"
     with pytest.raises(ValueError, match="triton_api_type"):
         bench.init_by_input_data(data)

@@ -18,6 +18,7 @@ arguments, an unreadable upstream, OUT not writable).
 import argparse
 import math
 import os
+import pathlib
 import re
 import sys
 import time
@@ -57,19 +58,27 @@ See the License for the specific language governing permissions and
 limitations under the License."""
 
 
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+# The README's table row for ORIGINAL: a row places a file (apply.py copies every backticked
+# path of the table), so without --upstream the row names the file as missing, unplaced.
+ORIGINAL_ROW = ("| `%s` | upstream's kernel and `compute_dzdo`, unchanged under their authors' "
+                "notice (CUDA only) |" % ORIGINAL)
+MISSING_ORIGINAL_ROW = ("| %s (missing) | upstream's kernel and `compute_dzdo`, which this tree "
+                        "lacks: generate it again with `--upstream PATH` (a state-spaces/mamba "
+                        "checkout or an installed `mamba_ssm`) before the pull request |" % ORIGINAL)
 
 
-def fills():
-    """The value of each @@NAME@@ marker of the templates."""
+def fills(with_original=True):
+    """The value of each @@NAME@@ marker of the templates; with_original: the tree holds
+    ORIGINAL."""
     model = [tuple(s) for s in _cases.real_shapes()]
     return {
         **specialise.fills(),
+        "ORIGINAL_ROW": ORIGINAL_ROW if with_original else MISSING_ORIGINAL_ROW,
         "MODEL_SHAPES": _shape_list(model),
         "ATK_SHAPES": _shape_list(ATK_SMALL_SHAPES + model),
         "ATK_LAYOUTS": repr(ATK_LAYOUTS),
+        # the yaml's dim_values: every size of the cases' shapes (the generator sets them)
+        "ATK_DIM_VALUES": repr(sorted({n for s in ATK_SMALL_SHAPES + model for n in s})),
         # ATK makes dtype_numbers cases per dtype: each shape once in each layout
         "ATK_CASES_PER_DTYPE": str(len(ATK_SMALL_SHAPES + model) * len(ATK_LAYOUTS)),
         "ATK_MAX_LENGTH": str(max(math.prod(s) for s in ATK_SMALL_SHAPES + model)),
@@ -112,9 +121,9 @@ def original(upstream, holder=HOLDER):
     """The text of the tree's ORIGINAL file, from the mamba_ssm at `upstream` (a checkout or
     the package's folder); UpstreamError says what is wrong with it."""
     root = _upstream.package_root(upstream)
-    init = os.path.join(root, "mamba_ssm", "__init__.py")
-    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", _read(init), re.M) if (
-        os.path.isfile(init)) else None
+    init = pathlib.Path(root, "mamba_ssm", "__init__.py")
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", init.read_text(encoding="utf-8"),
+                        re.M) if init.is_file() else None
     doc = ORIGINAL_DOC % (version.group(1) if version else "(version unknown)")
     return _upstream.original_module(root, lambda n: _comment(license_lines(holder, n)), doc)
 
@@ -124,13 +133,14 @@ def generate(out, upstream=None, holder=HOLDER):
     else is touched); upstream's implementation (ORIGINAL) only with `upstream`, the path of
     a mamba checkout or mamba_ssm package. Returns the written paths, relative to `out`.
     Everything is read before anything is written: UpstreamError leaves `out` untouched."""
-    values, written = fills(), []
+    values, written = fills(with_original=bool(upstream)), []
     todo = [(ORIGINAL, original(upstream, holder))] if upstream else []
     for root, _, files in os.walk(TREE):
         for fn in sorted(files):
             if fn.endswith(".in"):
                 rel = os.path.relpath(os.path.join(root, fn), TREE)[:-3]
-                todo.append((rel, render(_read(os.path.join(root, fn)), values, rel, holder)))
+                text = pathlib.Path(root, fn).read_text(encoding="utf-8")
+                todo.append((rel, render(text, values, rel, holder)))
     for rel, text in sorted(todo):      # every template rendered before anything is written
         path = os.path.join(out, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -14,6 +14,7 @@ the any-rank rules. Everything cut is checked for words that point into zgate.
 import ast
 import itertools
 import os
+import pathlib
 import re
 
 TRITON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "triton")
@@ -34,11 +35,6 @@ PLAN_PIECES = ["INT32_MAX", "MIN_BLOCK_C", "BACKWARD_SLOTS", "Layout", "Tiles",
 # Words that point into zgate (its files, its C limits) or at the dropped forward path.
 FOREIGN = re.compile(r"zgate|validate\.c|_internal\.h|ZGATE_|MAX_NDIM|(?-i:\bBACKWARD\b)|forward|"
                      r"\bfwd\b|rank 0", re.I)
-
-
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def _start(lines, node):
@@ -133,7 +129,7 @@ def specialise_kernel(src):
 def backward_kernel(src=None):
     """The tree kernel file's functions: kernel.py's jitted helpers whole, then the kernel
     specialised."""
-    src = _read(KERNEL_FILE) if src is None else src
+    src = pathlib.Path(KERNEL_FILE).read_text(encoding="utf-8") if src is None else src
     tree = ast.parse(src)
     lines = src.splitlines(keepends=True)
     jitted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(
@@ -150,7 +146,7 @@ def backward_kernel(src=None):
 
 def plan_pieces(src=None):
     """(import lines, pieces text) of plan.py's PLAN_PIECES."""
-    src = _read(PLAN_FILE) if src is None else src
+    src = pathlib.Path(PLAN_FILE).read_text(encoding="utf-8") if src is None else src
     tree = ast.parse(src)
     lines = src.splitlines(keepends=True)
     top = {name: node for node in tree.body for name in _defined(node)}

@@ -1,7 +1,7 @@
 """Upstream's original Triton implementation, taken from the user's mamba_ssm at generation time.
 
 MindSpeed-Ops asks an operator to carry the original Triton implementation beside its NPU one.
-zgate never stores upstream's code: `original_module(path, header)` reads
+zgate never stores upstream's code: `original_module(package_root(path), header, doc)` reads
 mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py from a state-spaces/mamba checkout or an
 installed mamba_ssm package, and returns the text of one module holding upstream's kernel
 `mamba3_siso_bwd_kernel_dzdo` and its launcher `compute_dzdo` character for character, with
@@ -77,10 +77,10 @@ def _used_names(node):
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def original_module(path, header, docstring):
-    """The text of the tree's module of upstream's implementation. `header(notices)` gives the
-    comment lines that open it (upstream's copyright lines first); `docstring` is its text."""
-    root = package_root(path)
+def original_module(root, header, docstring):
+    """The text of the tree's module of upstream's implementation, from `root` (package_root's
+    answer). `header(notices)` gives the comment lines that open it (upstream's copyright
+    lines first); `docstring` is its text."""
     sources, order, imports, taking = {}, [], [], set()
 
     def source(module):

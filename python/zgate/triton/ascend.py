@@ -79,7 +79,7 @@ def kernel_args(op, dtypes, layout, headdim, tile_elems=None, backward_only=Fals
     elif layout != "dense":
         raise ValueError("layout is 'dense' or 'zview', not %r" % (layout,))
     tile = tile_elems or _plan.npu_tile(op, dtypes)
-    _, lay, tiles = _plan.plan_call(shape, tuple(strides), tile)
+    _, lay, tiles = _plan.plan_call(shape, tuple(strides), tile, _plan.N_INPUTS[op])
     ptrs = [ptr_arg(d) for d in dtypes]
     if backward_only:
         return _plan.backward_arguments(ptrs, lay, tiles)

@@ -144,7 +144,7 @@ def predict(target, vector_cores, dtypes, vector_cycles, tile_elems, hbm):
     rows = []
     for shape in map(tuple, real_shapes()):
         nbytes = math.prod(shape) * sum(_plan.DTYPE_BYTES[d] for d in dtypes)
-        _, _, tiles = _plan.plan_call(shape, (_plan.compact_strides(shape),), tile_elems)
+        _, _, tiles = _plan.plan_call(shape, (_plan.compact_strides(shape),), tile_elems, 0)
         ta = {a: nbytes / (comp[a] * EFFICIENCY) for a in A100S}
         row = {"shape": shape, "bytes": nbytes, "at": []}
         row.update((a + " us", ta[a] * 1e6) for a in A100S)

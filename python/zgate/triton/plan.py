@@ -127,11 +127,13 @@ def npu_tile(op: str, dtypes: Sequence[str]) -> int:
 
 @functools.lru_cache(maxsize=512)
 def plan_call(shape: Tuple[int, ...], strides: Tuple[Tuple[int, ...], ...], tile: int,
-              first_output: int = 0):
+              first_output: int):
     """(copied, layout, tiles) of one call, cached by shape, strides and tile size (a call
-    repeated in a training step is planned once). copied[i]: tensor i goes through a compact
-    copy, because collapse() cannot take the call as it is; the layout is that of what the
-    kernel then sees."""
+    repeated in a training step is planned once). first_output: the index in `strides` of the
+    first output, whose strides order the dims (no default: ordering by an input's strides
+    gives another plan where that input is permuted). copied[i]: tensor i goes through a
+    compact copy, because collapse() cannot take the call as it is; the layout is that of
+    what the kernel then sees."""
     compact = compact_strides(shape)
     layout = collapse(shape, strides, first_output)
     copied = (False,) * len(strides) if layout else tuple(
