@@ -51,7 +51,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda)'
 }
 check_wheel() {
   cd "$OUT" && env -i HOME="$HOME" LANG=C.UTF-8 PATH="$VENV/bin" \
-    python "$ROOT/tests/scripts/wheel_check.py" "$ROOT/README.md" --device cuda
+    python "$ROOT/tests/scripts/wheel_check.py" "$ROOT/README.md" --device cuda --require-all
 }
 without_toolkit() { # COMMAND...: run with the PATH above, CUDA_HOME unset, nvcc checked absent
   if PATH=$NO_TOOLKIT_PATH command -v nvcc; then echo "gpu-wheel: nvcc still on PATH"; return 1; fi

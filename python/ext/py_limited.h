@@ -50,8 +50,9 @@ static const char *type_name(PyObject *x) {
   return out;
 }
 
-/* Vectorcall (stable from 3.12) through PyObject_Call: positional args, keywords named by
- * kwnames and given after them. */
+#if Py_LIMITED_API + 0 < 0x030C0000
+/* Vectorcall (in the stable ABI from 3.12, whose Python.h declares these three) through
+ * PyObject_Call: positional args, keywords named by kwnames and given after them. */
 #define PY_VECTORCALL_ARGUMENTS_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
 static PyObject *PyObject_Vectorcall(PyObject *f, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames) {
@@ -82,5 +83,6 @@ static PyObject *PyObject_VectorcallMethod(PyObject *name, PyObject *const *args
   Py_DECREF(m);
   return r;
 }
+#endif /* 3.11's stable ABI */
 #endif
 #endif

@@ -434,6 +434,54 @@ def test_info_and_version():
             assert info["cuda_unavailable"] == "libzgate was built without CUDA"
 
 
+# A libcuda.so.1 that only records that it was loaded: the CUDA runtime inside libzgate finds
+# it before the machine's (LD_LIBRARY_PATH), sees no driver entry points and reports none.
+FAKE_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+  FILE *f = fopen(getenv("ZGATE_TEST_DRIVER_MARK"), "w");
+  if (f) fclose(f);
+}
+"""
+DRIVER_STEPS = r"""
+import os, sys
+import numpy as np
+mark = os.environ["ZGATE_TEST_DRIVER_MARK"]
+import zgate
+zgate.library_path()
+rng = np.random.default_rng(int(sys.argv[1]))
+dout, z, o = (rng.standard_normal((2, 9, 3, 20), dtype=np.float32) for _ in range(3))
+zgate.bwd(dout, z, o); zgate.fwd(o, z)
+print("before info:", os.path.exists(mark))
+zgate.info()
+print("after info:", os.path.exists(mark))
+"""
+
+
+def test_only_info_loads_the_cuda_driver(tmp_path):
+    """docs/api.md: CUDA does not survive fork(), so importing zgate, library_path() and CPU
+    calls must not load the driver; info() does (it counts the devices)."""
+    import shutil
+    import subprocess
+    import sys
+    if not zgate.info()["cuda_built"]:
+        pytest.skip("libzgate was built without CUDA: it never loads the driver")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build the stand-in libcuda.so.1")
+    (tmp_path / "fake.c").write_text(FAKE_DRIVER)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(tmp_path / "fake.c")], check=True)
+    path = os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("LD_LIBRARY_PATH"))))
+    env = dict(os.environ, LD_LIBRARY_PATH=path, ZGATE_TEST_DRIVER_MARK=str(tmp_path / "loaded"))
+    seed = str(np.random.SeedSequence().entropy % 2**32)
+    out = subprocess.run([sys.executable, "-c", DRIVER_STEPS, seed], env=env, check=True,
+                         text=True, capture_output=True).stdout
+    assert "before info: False" in out, out
+    assert "after info: True" in out, out  # the stand-in was the driver looked for
+
+
 
 
 def test_bfloat16_byte_order_and_read_only(rng):

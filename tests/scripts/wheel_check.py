@@ -1,14 +1,16 @@
 """What an installed zgate wheel must do where no compiler is: run by scripts/test.d/25-wheel.sh
 (CPU) and scripts/gpu-wheel.sh (CUDA) with the venv's python, PATH holding only the venv's bin.
 
-    python tests/scripts/wheel_check.py README.md [--device cuda]
+    python tests/scripts/wheel_check.py README.md [--device cuda] [--require-all]
 
 Checks, one line each, a failure named and the exit status 1: no compiler, CMake or nvcc on
 PATH; zgate imported from this environment, not from a source tree; its import time (a fresh
 process, the best of 3) within IMPORT_LIMIT_S; the CPU path chosen is the best this CPU has
 (by /proc/cpuinfo's flags, derived here, not asked of the library); libzgate loads no
 libcudart; zgate.info() on CUDA: --device cuda, a device named, else why there is none; and
-the README's Python examples run (one whose imports are missing is reported as skipped)."""
+the README's Python examples run (one whose imports are missing is reported as skipped).
+With --require-all (CI's and the GPU machine's runs) a skipped check fails the run: every
+example must have run."""
 import argparse
 import os
 import platform
@@ -127,6 +129,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("readme")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--require-all", action="store_true",
+                    help="a skipped check (an example whose imports are missing) fails the run")
     args = ap.parse_args()
     check_no_toolchain()
     import zgate
@@ -137,10 +141,12 @@ def main():
     check_no_cudart(zgate)
     check_cuda(info, args.device)
     check_readme(args.readme)
-    failed = [r for r in results if r[1] == "FAILED"]
-    print("wheel_check: %d checks, %d failed, %d skipped"
-          % (len(results), len(failed), sum(r[1] == "SKIPPED" for r in results)))
-    return 1 if failed else 0
+    failed = sum(r[1] == "FAILED" for r in results)
+    skipped = sum(r[1] == "SKIPPED" for r in results)
+    print("wheel_check: %d checks, %d failed, %d skipped%s"
+          % (len(results), failed, skipped,
+             " (--require-all: a skip fails the run)" if skipped and args.require_all else ""))
+    return 1 if failed or (skipped and args.require_all) else 0
 
 
 if __name__ == "__main__":
