@@ -127,6 +127,40 @@ def test_judge_refuses_a_few_ulps_off(rng):
         judge("out", out, ref, None, z, o, 6)
 
 
+def test_judge_reports_the_requests_figures(rng):
+    """check_tensor's max_scale_err and past_request (the request's 0.1% of the elementwise
+    scale, floored at the output type's smallest normal) against the scale written out here
+    in float64, on outputs moved 0, 0.04% or 0.2% of it off the reference; judge_case takes
+    them over the policy's scale also where the Triton kernel's bound widens it."""
+    import zgate
+    from zgate import cases as C
+    dout, z, o = ((rng.standard_normal((3, 50, 2, 8)) * 3).astype(np.float32) for _ in range(3))
+    s = 1 / (1 + np.exp(-z.astype(np.float64)))
+    d64, o64, z64 = (a.astype(np.float64) for a in (dout, o, z))
+    scales = {"dz": np.abs(d64 * o64) * s * (1 + np.abs(z64) * (1 - s)),
+              "dout_scaled": np.abs(d64 * z64) * s, "out": np.abs(o64 * z64) * s}
+    refs = dict(zip(("dz", "dout_scaled"), zgate.reference_bwd(dout, z, o)),
+                out=zgate.reference_fwd(o, z))
+    for q, scale in scales.items():
+        f = rng.choice([0, 4e-4, -4e-4, 2e-3, -2e-3], size=scale.shape)
+        got = (refs[q] + f * scale).astype(np.float32)
+        rel = np.abs(got - refs[q]) / np.maximum(scale, 2.0 ** -126)
+        st = C.judge(q, got, refs[q], None if q == "out" else dout, z, o)
+        assert st["past_request"] == np.count_nonzero(rel > 1e-3) == np.count_nonzero(
+            np.abs(f) > 1e-3), q
+        assert st["max_scale_err"] == pytest.approx(rel.max(), rel=1e-9)
+    case = next(c for c in C.cases(True) if c.op == "bwd" and c.dtypes == ("float32",) * 5
+                and c.layout == "dense")
+    arrays = C.inputs(case, 5)
+    refs = zgate.reference_bwd(*arrays)
+    outs = [(r * (1 + 2e-3)).astype(np.float32) for r in refs]    # dout_scaled's |ref| is its scale
+    figures = [[(x["request_max"], x["request_past"]) for x in C.judge_case(
+        case, arrays, list(outs), ulps)] for ulps in (C.F32_ULPS, C.TRITON_F32_ULPS)]
+    assert figures[0] == figures[1]
+    assert figures[0][1][1] == np.count_nonzero(refs[1]) > 0
+    assert 1e-3 < figures[0][1][0] < 2.01e-3
+
+
 def test_judge_bfloat16_and_the_interpreters_truncation(rng):
     import zgate
     from zgate.cases import BF16, as_rounded_to_nearest, judge
