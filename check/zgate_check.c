@@ -147,19 +147,21 @@ double zgate_check_formula(zgate_check_quantity q, double dout, double z, double
   }
 }
 
-/* The float32 bound of the policy. 1 - s is taken as sigmoid(-z): no cancellation, and it
- * stays 1 (not NaN) at z = -inf. */
+/* The policy's elementwise SCALE; *mag gets |dout*o|, |dout*z| or |o*z|, the factor of the
+ * absolute allowance. 1 - s is taken as sigmoid(-z): no cancellation, and it stays 1 (not
+ * NaN) at z = -inf. */
+static double policy_scale(zgate_check_quantity q, double dout, double z, double o, double *mag) {
+  double s = 1.0 / (1.0 + exp(-z));
+  double m = fabs(q == ZGATE_CHECK_DZ ? dout * o : q == ZGATE_CHECK_DOS ? dout * z : o * z);
+  *mag = m;
+  return q == ZGATE_CHECK_DZ ? m * s * (1.0 + fabs(z) * (1.0 / (1.0 + exp(z)))) : m * s;
+}
+
+/* The float32 bound of the policy. */
 static double f32_bound(zgate_check_quantity q, double dout, double z, double o, double *unit) {
   const double tiny = ldexp(1.0, -149);
-  double s = 1.0 / (1.0 + exp(-z));
-  double one_minus_s = 1.0 / (1.0 + exp(z));
-  double az = fabs(z);
-  double m = fabs(q == ZGATE_CHECK_DZ ? dout * o : q == ZGATE_CHECK_DOS ? dout * z : o * z);
-  double scale = m * s, a = 4.0 * tiny * m;
-  if (q == ZGATE_CHECK_DZ) {
-    scale *= 1.0 + az * one_minus_s;
-    a *= 1.0 + az;
-  }
+  double m, scale = policy_scale(q, dout, z, o, &m);
+  double a = 4.0 * tiny * m * (q == ZGATE_CHECK_DZ ? 1.0 + fabs(z) : 1.0);
   *unit = ulp_fmt(scale, fmt_of(ZG_F32));
   return 4.0 * *unit + a;
 }
@@ -214,6 +216,8 @@ void zgate_check_stats_merge(zgate_check_stats *into, const zgate_check_stats *f
   into->inf_mismatches += from->inf_mismatches;
   if (from->max_err_units > into->max_err_units) into->max_err_units = from->max_err_units;
   if (from->max_rel_err > into->max_rel_err) into->max_rel_err = from->max_rel_err;
+  if (from->max_scale_err > into->max_scale_err) into->max_scale_err = from->max_scale_err;
+  into->past_request += from->past_request;
 }
 
 /* A rank and shape pointer zgate_check.h accepts. */
@@ -268,14 +272,15 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
 
   zgate_check_stats s;
   zgate_check_stats_init(&s);
+  const double smallest_normal = ldexp(1.0, fmt_of(type_of(got->dtype)).emin);
   int64_t numel = 1, idx[ZGATE_CHECK_MAX_NDIM] = {0};
   for (int i = 0; i < nd; i++) numel *= shape[i];
   for (int64_t linear = 0; linear < numel; linear++) {
     double g = view_load(&vg, nd, idx), r = view_load(&vr, nd, idx);
     double dv = q == ZGATE_CHECK_OUT ? 1.0 : view_load(&vd, nd, idx);
+    double zv = view_load(&vz, nd, idx), ov = view_load(&vo, nd, idx);
     double eu, ratio;
-    zgate_check_verdict verdict = zgate_check_element(q, got->dtype, g, r, dv, view_load(&vz, nd, idx),
-                                                      view_load(&vo, nd, idx), &eu, &ratio);
+    zgate_check_verdict verdict = zgate_check_element(q, got->dtype, g, r, dv, zv, ov, &eu, &ratio);
     for (int i = nd - 1; i >= 0 && ++idx[i] == shape[i]; i--) idx[i] = 0; /* row-major order */
     s.count++;
     if (isfinite(g) && isfinite(r)) {
@@ -285,6 +290,12 @@ int zgate_check_tensor(zgate_check_quantity q, const DLTensor *got, const DLTens
         s.worst_index = linear;
       }
       if (r != 0) s.max_rel_err = fmax(s.max_rel_err, fabs(g - r) / fabs(r));
+      double m, scale = g != r ? policy_scale(q, dv, zv, ov, &m) : NAN;
+      if (isfinite(scale)) { /* the request's measure (an error of 0 adds nothing) */
+        double e = fabs(g - r) / fmax(scale, smallest_normal);
+        s.max_scale_err = fmax(s.max_scale_err, e);
+        s.past_request += e > ZGATE_CHECK_REQUEST_REL;
+      }
     }
     if (verdict == ZGATE_CHECK_PASS) continue;
     s.failures++;

@@ -39,6 +39,11 @@
  * to read: where the absolute allowance A dominates (z < about -87) err_units can be large
  * while the element is well inside the policy.
  *
+ * The request's criterion (an error under 0.1% of the elementwise scale, ZGATE_CHECK_REQUEST_REL)
+ * is reported beside the policy, not judged: |got-ref| / SCALE, SCALE at least the output
+ * type's smallest normal (below it the type cannot hold 0.1% of the scale), over the finite
+ * pairs whose scale is finite; its largest value and the elements past the criterion.
+ *
  * All functions read CPU memory only and never write to the tensors they compare.
  */
 #ifndef ZGATE_CHECK_H
@@ -51,6 +56,7 @@
 #include "zgate.h"
 
 #define ZGATE_CHECK_MAX_NDIM ZGATE_MAX_NDIM /* the highest rank compared: the API's */
+#define ZGATE_CHECK_REQUEST_REL 1e-3        /* the request's criterion, relative to SCALE */
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +88,8 @@ typedef struct zgate_check_stats {
   double max_bound_ratio; /* largest |got-ref| / allowed (finite pairs only); <= 1 passes */
   double max_rel_err;     /* largest |got-ref| / |ref| over finite nonzero references */
   int64_t worst_index;    /* row-major index of max_bound_ratio, -1 if none */
+  double max_scale_err;   /* largest |got-ref| / SCALE (the request's measure, see above) */
+  int64_t past_request;   /* elements whose |got-ref| / SCALE exceeds ZGATE_CHECK_REQUEST_REL */
 } zgate_check_stats;
 
 void zgate_check_stats_init(zgate_check_stats *st);

@@ -264,6 +264,35 @@ static void test_tensor_compare(void **state) {
   zt_free_f64(&ref);
 }
 
+/* The request's figures beside the policy: the error over the elementwise scale, floored at
+ * the output type's smallest normal, and the elements past ZGATE_CHECK_REQUEST_REL of it. */
+static void test_request_figures(void **state) {
+  (void)state;
+  int64_t shape[1] = {5};
+  /* dz at dout = o = 1, z = 0: scale 0.5 = the value; the fourth's scale is 2^-141 */
+  float dout[5] = {1, 1, 1, 0x1p-141f, 1}, z[5] = {0}, o[5] = {1, 1, 1, 1, 1};
+  float got[5] = {0.5f, 0.5f * 1.002f, 0.5f * 1.0005f, 0x1p-141f + 0x1p-140f, NAN};
+  double ref[5] = {0.5, 0.5, 0.5, 0x1p-142, 0.5};
+  DLTensor t[5];
+  void *data[5] = {got, ref, dout, z, o};
+  for (int i = 0; i < 5; i++)
+    t[i] = (DLTensor){.data = data[i], .device = {kDLCPU, 0}, .ndim = 1, .shape = shape,
+                      .dtype = i == 1 ? zt_f64 : zt_f32};
+  zgate_check_stats st, m;
+  zgate_check_stats_init(&st);
+  assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &t[0], &t[1], &t[2], &t[3], &t[4], &st), 0);
+  /* 0.2% past; 0.05% not; 5 * 2^-142 over 2^-126 (not over the scale 2^-142) not; NaN not counted */
+  assert_int_equal(st.past_request, 1);
+  assert_true(st.max_scale_err > 0.00199 && st.max_scale_err < 0.00201);
+  got[2] = 0.5f * 1.0011f;
+  zgate_check_stats_init(&m);
+  assert_int_equal(zgate_check_tensor(ZGATE_CHECK_DZ, &t[0], &t[1], &t[2], &t[3], &t[4], &m), 0);
+  assert_int_equal(m.past_request, 2);
+  zgate_check_stats_merge(&m, &st);
+  assert_int_equal(m.past_request, 3);
+  assert_true(m.max_scale_err == st.max_scale_err);
+}
+
 /* The convenience entry points against the library, and a planted error. */
 static void test_check_bwd_fwd(void **state) {
   (void)state;
@@ -311,7 +340,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conversions),   cmocka_unit_test(test_ulp),
       cmocka_unit_test(test_policy),        cmocka_unit_test(test_formula),
-      cmocka_unit_test(test_tensor_compare), cmocka_unit_test(test_check_bwd_fwd),
+      cmocka_unit_test(test_tensor_compare), cmocka_unit_test(test_request_figures),
+      cmocka_unit_test(test_check_bwd_fwd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -741,7 +741,8 @@ static PyObject *py_reference_fwd(PyObject *self, PyObject *const *a, Py_ssize_t
 }
 
 /* check_tensor(quantity, got, ref, dout, z, o) -> dict: zgate_check_tensor's statistics of
- * got (CPU arrays; dout None for the forward's out). */
+ * got (CPU arrays; dout None for the forward's out), the request's figures among them
+ * (max_scale_err, past_request). */
 static PyObject *py_check_tensor(PyObject *self, PyObject *const *a, Py_ssize_t n) {
   (void)self;
   if (!nargs_is("check_tensor", n, 6)) return NULL;
@@ -763,12 +764,13 @@ static PyObject *py_check_tensor(PyObject *self, PyObject *const *a, Py_ssize_t 
   if (viewed < 5) return NULL;
   if (rc) return fail(-1, "check_tensor: the tensors are unusable (host memory, equal shapes, "
                       "float32/float16/bfloat16/float64)");
-  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:L}", "count", (long long)st.count,
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:L,s:d,s:L}", "count", (long long)st.count,
                        "failures", (long long)st.failures, "nan_mismatches", (long long)st.nan_mismatches,
                        "inf_mismatches", (long long)st.inf_mismatches, "first_fail",
                        (long long)st.first_fail, "first_got", st.first_got, "first_ref", st.first_ref,
                        "max_err_units", st.max_err_units, "max_bound_ratio", st.max_bound_ratio,
-                       "max_rel_err", st.max_rel_err, "worst_index", (long long)st.worst_index);
+                       "max_rel_err", st.max_rel_err, "worst_index", (long long)st.worst_index,
+                       "max_scale_err", st.max_scale_err, "past_request", (long long)st.past_request);
 }
 /* info() -> dict: what the library was built with and chooses, and its path. */
 static PyObject *py_info(PyObject *self, PyObject *unused) {

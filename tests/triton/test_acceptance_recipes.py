@@ -8,8 +8,8 @@ and npu become cpu; on the NPU zgate's kernel is the Triton one, so --impl trito
 upstream's kernel is STANDIN below (upstream's own needs einops and a checkout; run under the
 interpreter it fails the same cases); MODULE:FUNCTION is the generated MindSpeed-Ops tree; all
 under the Triton interpreter, --quick --filter FILTER (a headdim-80 case with Z as a view,
-where upstream is wrong) and one repeat. Every criterion but speed must hold (the interpreter's
-times mean nothing, and the one case is launch-bound)."""
+where upstream is wrong) and one repeat. Every criterion but speed must hold, and the run
+exits 0: speed is reported, not judged, as for any run timed under the interpreter."""
 import importlib
 import json
 import os
@@ -101,7 +101,6 @@ def cpu(tmp_path, monkeypatch, documents):
     (up / "mamba3_siso_bwd.py").write_text(STANDIN)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(documents[1])
-    monkeypatch.setattr(A, "TIME_INTERPRETER", True)
     count = [0]
 
     def run(argv):
@@ -137,7 +136,8 @@ def test_documented_recipe_passes_on_correct_kernels(doc, documents, cpu, capsys
         assert rc != 2 and res is not None, (doc, argv, err)
         bad = {k: ok for k, ok in _ok_but_speed(res).items() if ok is False}
         assert not bad, (doc, argv, res["criteria"])
-        assert rc == 0 or any(k == "speed" and not ok for k, ok, _ in res["criteria"]), argv
+        assert rc == 0, (doc, argv, res["criteria"])
+        assert all(ok is None for k, ok, _ in res["criteria"] if k == "speed"), argv
         if "--golden" in argv:                  # judged against the golden run, and passed
             assert _ok_but_speed(res)["golden"] is True
             assert [c[0] for c in res["criteria"]].count("speed") == 1

@@ -76,12 +76,25 @@ def bench_npu(do_bench_npu, fn, warmup, repeats, prof_dir):
 
 
 class Timing:
-    """What every device has besides its arrays: kernel_us defaults to wall_us."""
+    """What every device has besides its arrays: the host's clock around each call (cache
+    flushed before it), which is the CPU's timer, and kernel_us the same; devices with
+    events and a kernel profiler (Profiled) override both."""
     flush_bytes = 0
-    kernel_is_wall = False      # the CPU: one timing serves both
+    kernel_is_wall = True       # one timing serves both
 
     def kernel_us(self, fn, warmup, repeats):
         return self.wall_us(fn, warmup, repeats)
+
+    def wall_us(self, fn, warmup, repeats):
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeats):
+            self.flush()
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e6)
+        return out
 
     def copy_gbps(self, nbytes, repeats=5):
         """The device's copy bandwidth (bytes read plus written per second) on nbytes."""
@@ -101,7 +114,6 @@ class Timing:
 class Cpu(Timing):
     """NumPy arrays in host memory, the C library's CPU path."""
     name = "cpu"
-    kernel_is_wall = True
 
     def __init__(self, flush_mb=16):
         self.flush_bytes = flush_mb << 20
@@ -132,21 +144,10 @@ class Cpu(Timing):
         src, dst = np.ones(nbytes // 2, np.uint8), np.zeros(nbytes // 2, np.uint8)
         return lambda: np.copyto(dst, src)
 
-    def wall_us(self, fn, warmup, repeats):
-        for _ in range(warmup):
-            fn()
-        out = []
-        for _ in range(repeats):
-            self.flush()
-            t = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t) * 1e6)
-        return out
-
 
 class Torch(Timing):
-    """PyTorch tensors on a device, and what CUDA and the NPU share: events, a flush by
-    zeroing a buffer."""
+    """PyTorch tensors on a device (on the CPU: the Triton interpreter's, timed by the host's
+    clock), flushed by zeroing a buffer."""
 
     def __init__(self, name, flush_mb=0):
         import torch
@@ -182,6 +183,12 @@ class Torch(Timing):
         dst = self.torch.empty_like(src)
         return lambda: dst.copy_(src)
 
+
+class Profiled(Torch):
+    """What CUDA and the NPU share: event-timed wall time, kernel time from a profiler
+    (_profile)."""
+    kernel_is_wall = False
+
     def wall_us(self, fn, warmup, repeats):
         for _ in range(warmup):
             fn()
@@ -203,16 +210,7 @@ class Torch(Timing):
         return per_call(self._profile(fn, repeats), self._flush_names, repeats)
 
 
-class TorchCpu(Torch):
-    """CPU tensors for the Triton interpreter, timed (where a test asks) by wall time as Cpu."""
-    kernel_is_wall = True
-    wall_us, kernel_us = Cpu.wall_us, Timing.kernel_us
-
-    def __init__(self, flush_mb):
-        super().__init__("cpu", flush_mb)
-
-
-class Cuda(Torch):
+class Cuda(Profiled):
     def __init__(self, flush_mb):
         super().__init__("cuda", flush_mb)
 
@@ -230,7 +228,7 @@ class Cuda(Torch):
         return [(e.name, e.time_range.elapsed_us()) for e in ks]
 
 
-class Npu(Torch):
+class Npu(Profiled):
     def __init__(self, flush_mb):
         import torch_npu  # noqa: F401  (registers the npu device)
         super().__init__("npu", flush_mb)
@@ -278,7 +276,7 @@ def open_device(name, flush_mb=None, tensors=False):
     except ImportError:
         raise RuntimeError("--device %s needs PyTorch: pip install torch" % name) from None
     if name == "cpu":
-        return TorchCpu(flush_mb or 16)
+        return Torch("cpu", flush_mb or 16)
     if name == "npu":
         try:
             import torch_npu  # noqa: F401
