@@ -23,6 +23,7 @@ from zgate import acceptance as A
 from zgate import mindspeed_ops
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+# the tree's documents hold no recipe: docs/operator.md runs its API (MODULE:FUNCTION)
 TREE_DOCS = ["MAMBA3_DZDO_README.md", "docs/triton/mamba3_siso_bwd_kernel_dzdo.md"]
 COMMAND = "python -m zgate.acceptance"
 FILTER = "2x5x3x80 "
@@ -125,7 +126,15 @@ def _ok_but_speed(res):
     return {k: ok for k, ok, _ in res["criteria"] if k != "speed"}
 
 
-@pytest.mark.parametrize("doc", ["docs/operator.md", "docs/operator.zh-CN.md"] + TREE_DOCS)
+def test_the_tree_documents_hold_no_recipe_and_operator_md_runs_its_api(documents):
+    for doc in TREE_DOCS:
+        assert COMMAND not in documents[0][doc], doc
+    for doc in ("docs/operator.md", "docs/operator.zh-CN.md"):
+        assert any(a[a.index("--impl") + 1].startswith("mindspeed_ops.") for a in
+                   recipes(documents[0][doc]) if "--golden" in a and "--impl" in a), doc
+
+
+@pytest.mark.parametrize("doc", ["docs/operator.md", "docs/operator.zh-CN.md"])
 def test_documented_recipe_passes_on_correct_kernels(doc, documents, cpu, capsys):
     cmds = recipes(documents[0][doc])
     golden = [c for c in cmds if "--golden" in c]

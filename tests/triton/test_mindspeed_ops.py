@@ -381,6 +381,22 @@ def test_document_and_readme(tree):
     assert "| 参数 | 类型 | 形状 | 描述 | 是否必须 |" in doc
 
 
+def test_document_alias_and_chip_dispatch_match_the_api(tree):
+    """The document names no function alias (the upstream name is the module) and says what
+    _implementation does: arch35 refused, every other chip on arch32."""
+    doc = open(tree[0] / "docs/triton/mamba3_siso_bwd_kernel_dzdo.md", encoding="utf-8").read()
+    assert not re.search(r"mamba3_siso_bwd_kernel_dzdo\s*=\s*compute_dzdo", doc)
+    assert "是该模块本身，不是函数别名" in doc
+    assert "未知芯片" not in doc and "其余芯片均走 arch32 实现" in doc
+    api = open(tree[0] / "mindspeed_ops/api/triton/mamba3_siso_bwd_kernel_dzdo.py").read()
+    body = api[api.index("def _implementation"):api.index("def compute_dzdo")]
+    assert body.count("raise ") == 1 and "is_arch35()" in body
+    readme = open(tree[0] / "MAMBA3_DZDO_README.md", encoding="utf-8").read()
+    assert readme.lower().count("zgate") <= 2 and "zgate" not in doc.lower()
+    for rel, text in _files(tree[0]):   # a MindSpeed-Ops reader knows no "request"
+        assert not re.search(r"(?<!pull )\bthe request\b|需求", text, re.I), rel
+
+
 # ATK's configuration schema (atk_common_utils design_config, public): the keys each level of
 # a case-design yaml may hold (pydantic models with extra keys forbidden)
 DESIGN_KEYS = {"name", "aclnn_name", "triton_name", "version", "expected_error_msg", "api",
