@@ -19,7 +19,7 @@ def _assert_planned(r):
     assert r["scalar_accesses"] == 0, where
     assert r["copies"] and all("_2d_" in c for c in r["copies"]), (where, r["copies"])
     assert r["cost"]["by_kind"]["Exp"]["calls"] == 1, (where, r["cost"]["calls"])
-    # every GM copy sized by the tile's valid region (triton-ascend issue 2332)
+    # every GM copy sized by the tile's valid region (reported to triton-ascend as #2332)
     assert r["gm_copies_bounded"], (where, [c for c in r["gm_copies"] if not c["bounded"]])
     assert len(r["gm_copies"]) == (5 if r["op"] == "bwd" else 3), (where, r["gm_copies"])
 

@@ -225,7 +225,7 @@ def _function(text, kernel):
 
 def gm_copies(text, kernel, arg_names):
     """Every GM<->UB copy of @kernel's final HIVM IR, and whether the tile's valid region
-    bounds it (triton-ascend issue 2332: a masked-out lane of tl.load can still issue its
+    bounds it (reported to triton-ascend as #2332: a masked-out lane of tl.load can still issue its
     global-memory access; where the compiler turns the mask into the copy's size, no address
     outside the valid region is touched).
 
