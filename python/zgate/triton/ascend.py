@@ -225,9 +225,9 @@ def _function(text, kernel):
 
 def gm_copies(text, kernel, arg_names):
     """Every GM<->UB copy of @kernel's final HIVM IR, and whether the tile's valid region
-    bounds it (reported to triton-ascend as #2332: a masked-out lane of tl.load can still issue its
-    global-memory access; where the compiler turns the mask into the copy's size, no address
-    outside the valid region is touched).
+    bounds it (reported to triton-ascend as #2332: a masked-out lane of tl.load can still
+    issue its global-memory access; where the compiler turns the mask into the copy's size,
+    no address outside the valid region is touched).
 
     arg_names: the runtime parameters of the compiled signature in order (linalg_of's
     metadata["arg_names"]). Per copy: routine, direction ('load' or 'store'), tensor (the
