@@ -2,23 +2,22 @@
 
 The case list (check/cases.def) on the same seeded inputs everywhere, judged against the
 float64 reference and, with --golden, another device's outputs. --precision-only: the whole
-list (every dtype mix, in place, permuted, size 0), nothing timed. Otherwise its cases with
-one dtype (bfloat16, float32), dense or Z as a view (--quick adds the smallest real shape),
-also timed; with --baseline, PASS when the geomean of the time ratios is at least 0.9 over
-the cases whose ideal transfer time is 10 us or more (two at least); not judged where this
-run or the baseline ran under the Triton interpreter (a CPU stand-in: it checks a recipe end
-to end, its times mean nothing). --impl: zgate (the C
-library; its Triton kernel on npu), triton (zgate's Triton kernel on cuda, or on cpu under
-TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel, backward only; on cpu under the
-interpreter), or MODULE:FUNCTION: any function of upstream's compute_dzdo signature,
-(do, z, o) -> (dz, do_scaled) in do's dtype (the MindSpeed-Ops contribution, say), judged as
-zgate's Triton kernel on the cases it can take. Upstream's kernel is the competitor: its
-precision is reported, not judged, unless its outputs are saved as a golden run (it is wrong
-where the headdim is not a power of two and the tensors' strides differ, e.g. 80 and 96 with
-Z as a view). A golden file records per case
-whether its outputs passed the float64 policy; a run that saves one with a failing case fails,
-and a run given one is refused on such a case, which is named. docs/operator.md gives the
-procedure on the GPU and the NPU.
+list (every dtype mix, in place, permuted, size 0), nothing timed. Otherwise its cases with one
+dtype (bfloat16, float32), dense or Z as a view (--quick adds the smallest real shape), also
+timed; with --baseline, PASS when the geomean of the time ratios is at least 0.9 over the cases
+whose ideal transfer time is 10 us or more (two at least); not judged where this run or the
+baseline ran under the Triton interpreter (a CPU stand-in: it checks a recipe end to end, its
+times mean nothing). --impl: zgate (the C library; its Triton kernel on npu), triton (zgate's
+Triton kernel on cuda, or on cpu under TRITON_INTERPRET=1), upstream (mamba_ssm's dzdo kernel,
+backward only; on cpu under the interpreter), or MODULE:FUNCTION: any function of upstream's
+compute_dzdo signature, (do, z, o) -> (dz, do_scaled) in do's dtype (the MindSpeed-Ops
+contribution, say), judged as zgate's Triton kernel on the cases it can take. Upstream's kernel
+is the competitor: its precision is reported, not judged, unless its outputs are saved as a
+golden run (it is wrong where the headdim is not a power of two and the tensors' strides
+differ, e.g. 80 and 96 with Z as a view). A golden file records per case whether its outputs
+passed the float64 policy; a run that saves one with a failing case fails, and a run given one
+is refused on such a case, which is named. docs/operator.md gives the procedure on the GPU and
+the NPU.
 
 Exit status: 0 every criterion asked for passed and every case ran; 1 one failed or a case
 did not run; 2 bad arguments (refused before any work).
@@ -39,7 +38,6 @@ from .. import cases as C
 from . import device as D
 from . import report as R
 from . import run as U
-
 
 
 class BadArgs(Exception):
